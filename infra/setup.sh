@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Install everything Lakestream needs on a fresh Debian machine, idempotently.
+# Caches: pip -> ~/.cache/pip, Maven -> ~/.m2, Go -> ~/go/pkg/mod and ~/.cache/go-build,
+# our artifacts -> ${LAKE_CACHE_DIR:-~/.cache/lakestream}. A second run reuses them.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${LAKE_CACHE_DIR:-$HOME/.cache/lakestream}"
+VENV="${LAKE_VENV:-$REPO/.venv}"
+PYTHON="${PYTHON:-python3.11}"
+MINIO_MODULE="github.com/minio/minio"
+# Newest pseudo-version on the Go module proxy (the repository was archived;
+# the RELEASE.* tags are not semver and the proxy does not serve them).
+MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"
+MVN=(mvn -B -s "$REPO/infra/jvm/settings.xml")
+
+step() { printf '\n==> %s\n' "$*"; }
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+sha() { sha256sum "$@" | sha256sum | cut -c1-16; }
+SECONDS=0
+
+step "checking tools"
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11"
+command -v java >/dev/null || die "java not found; install a JDK 17 (apt-get install openjdk-17-jdk-headless)"
+java -version 2>&1 | grep -qE 'version "(17|2[0-9])' || die "Java 17+ required, found: $(java -version 2>&1 | head -1)"
+command -v mvn >/dev/null || die "mvn not found; apt-get install maven"
+command -v go >/dev/null || die "go not found; MinIO is built from its Go module (Go >= 1.24)"
+if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    step "installing PostgreSQL 15 server binaries (apt)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+  else
+    die "PostgreSQL server binaries not found; sudo apt-get install postgresql-15"
+  fi
+fi
+echo "ok ($(java -version 2>&1 | head -1), $(go version | cut -d' ' -f3), $("$PYTHON" --version))"
+
+step "Python environment $VENV"
+stamp="$VENV/.lake-stamp"
+want="$(sha "$REPO/pyproject.toml")"
+if [ ! -x "$VENV/bin/python" ]; then "$PYTHON" -m venv "$VENV"; fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "$VENV/bin/pip" install -q --upgrade pip
+  # pyspark is ~450 MB; pip keeps the built wheel in ~/.cache/pip for next time.
+  "$VENV/bin/pip" install --progress-bar on -e "$REPO[dev]"
+  echo "$want" > "$stamp"
+else
+  "$VENV/bin/pip" install -q --no-deps -e "$REPO" >/dev/null
+  echo "up to date"
+fi
+
+resolve() {  # group, maven goal args...
+  local group="$1"; shift
+  local dest="$CACHE/jars/$group" pom="$REPO/infra/jvm/$group/pom.xml"
+  local want; want="$(sha "$pom")"
+  if [ "$(cat "$dest/.lake-stamp" 2>/dev/null)" = "$want" ]; then
+    echo "$group jars up to date ($(ls "$dest" | wc -l) entries)"; return
+  fi
+  rm -rf "$dest" "$CACHE/jars/.markers-$group"; mkdir -p "$dest"
+  echo "resolving $group artifacts from Maven Central into $dest (cached in ~/.m2)"
+  "${MVN[@]}" -f "$pom" "$@" | grep -E "Downloaded from|BUILD|ERROR" | sed -E 's/^\[INFO\] //' | awk '{print "  " $0}' || true
+  [ "$(ls -A "$dest")" ] || die "Maven resolved nothing for $group; see the output above (is Maven Central reachable?)"
+  echo "$want" > "$dest/.lake-stamp"
+}
+
+step "JVM artifacts (Kafka, Connect, Debezium, Spark extras)"
+resolve kafka dependency:copy-dependencies -DoutputDirectory="$CACHE/jars/kafka" -DincludeScope=runtime
+resolve debezium dependency:unpack -Ddebezium.plugin.dir="$CACHE/jars/debezium" -Ddebezium.markers.dir="$CACHE/jars/.markers-debezium"
+resolve spark dependency:copy-dependencies -DoutputDirectory="$CACHE/jars/spark" -DincludeScope=runtime
+
+step "MinIO server ($MINIO_MODULE@$MINIO_VERSION)"
+bin="$CACHE/bin/minio"
+if [ -x "$bin" ] && [ "$(cat "$bin.version" 2>/dev/null)" = "$MINIO_VERSION" ]; then
+  echo "up to date ($bin)"
+else
+  mkdir -p "$CACHE/bin"
+  echo "building from the Go module proxy (first time ~5 min on 2 cores; cached in ~/go and ~/.cache/go-build)"
+  GOBIN="$CACHE/bin" GOFLAGS=-mod=mod go install -v "$MINIO_MODULE@$MINIO_VERSION" 2>&1 \
+    | awk 'NR % 50 == 0 {printf "  ... %d packages compiled\n", NR; fflush()}'
+  [ -x "$bin" ] || die "go install $MINIO_MODULE@$MINIO_VERSION produced no binary"
+  echo "$MINIO_VERSION" > "$bin.version"
+fi
+
+step "setup done in ${SECONDS}s"

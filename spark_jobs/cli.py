@@ -1,0 +1,113 @@
+"""The ``lake`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from spark_jobs.settings import SettingsError
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lake", description="Lakestream: batch + stream data lake")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    stack = sub.add_parser("stack", help="the local stack of services")
+    ssub = stack.add_subparsers(dest="action", required=True)
+    up = ssub.add_parser("up", help="start every service (idempotent) and wait until healthy")
+    up.add_argument("services", nargs="*", help="only these services (and those before them)")
+    ssub.add_parser("down", help="stop every service; leaves no process behind")
+    st = ssub.add_parser("status", help="health of each service")
+    st.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    lg = ssub.add_parser("logs", help="last lines of a service's log")
+    lg.add_argument("service")
+    lg.add_argument("-n", "--lines", type=int, default=100)
+
+    sql = sub.add_parser("sql", help="run Spark SQL against the shared catalog")
+    sql.add_argument("-e", "--execute", help="statements to run (';'-separated); omit for a shell")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+    job = sub.add_parser("job", help="run a Spark job in this process")
+    job.add_argument("name", choices=("smoke",))
+    job.add_argument("args", nargs=argparse.REMAINDER)
+
+    sub.add_parser("settings", help="print the resolved settings (secrets masked)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    from spark_jobs.stack.supervisor import StackError
+
+    try:
+        return _dispatch(args)
+    except (StackError, SettingsError, FileNotFoundError) as exc:
+        print(f"lake: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "stack":
+        from spark_jobs.stack import manager
+
+        if args.action == "up":
+            settings = manager.up(args.services or None)
+            _print_welcome(settings)
+            return 0
+        if args.action == "down":
+            manager.down()
+            return 0
+        if args.action == "status":
+            report = manager.status()
+            if args.json:
+                for svc in report["services"].values():
+                    svc.pop("detail", None)
+                print(json.dumps(report, indent=2))
+            else:
+                for name, svc in report["services"].items():
+                    mark = "healthy" if svc["healthy"] else "DOWN"
+                    print(f"{name:<10} {mark:<8} pid={svc['pid'] or '-':<8} {svc['endpoint']:<45} {svc['detail']}")
+            return 0 if all(s["healthy"] for s in report["services"].values()) else 1
+        if args.action == "logs":
+            print(manager.logs(args.service, args.lines))
+            return 0
+    if args.command == "sql":
+        from spark_jobs import sql
+
+        return sql.run(args.execute, args.format)
+    if args.command == "job":
+        from spark_jobs.jobs import smoke
+
+        return smoke.main(args.args)
+    if args.command == "settings":
+        from spark_jobs.settings import load_settings
+
+        for key, value in load_settings().redacted().items():
+            print(f"{key} = {value}")
+        return 0
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+def _print_welcome(settings: object) -> None:
+    from spark_jobs.settings import Settings
+
+    assert isinstance(settings, Settings)
+    print(
+        "\nLakestream stack is up.\n"
+        f"  Airflow UI     {settings.airflow_url}  (user {settings.airflow_admin_user}, password: "
+        f"LAKE_AIRFLOW_ADMIN_PASSWORD in {settings.state_dir / '.env'})\n"
+        f"  Kafka          {settings.kafka_bootstrap}\n"
+        f"  Connect REST   {settings.connect_url}\n"
+        f"  MinIO (S3)     {settings.s3_endpoint}  console http://{settings.host}:{settings.minio_console_port}\n"
+        f"  Metastore      {settings.metastore_uri}\n"
+        f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default\n"
+        f"  Logs           {settings.log_dir}\n"
+        "  Try: lake sql -e 'SHOW DATABASES'   |   lake stack status",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""Where the JVM artifacts resolved by ``make setup`` live, and which to use.
+
+``infra/setup.sh`` copies the Maven artifacts listed in ``infra/jvm/*/pom.xml``
+into ``<cache>/jars/<group>``. Spark gets the extra jars by path; a jar whose
+artifact pyspark already ships is skipped, so pyspark's copy always wins (the
+transitive closure from Maven carries older jackson/scala/hadoop copies).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from spark_jobs.settings import Settings
+
+_VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
+
+
+class MissingArtifactError(RuntimeError):
+    """A JVM artifact or binary that ``make setup`` should have produced is absent."""
+
+
+def artifact_name(jar: str) -> str:
+    """``jackson-core-2.13.5.jar`` -> ``jackson-core``."""
+    return _VERSION_SUFFIX.sub("", jar)
+
+
+def pyspark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def jar_group_dir(settings: Settings, group: str) -> Path:
+    path = settings.cache_dir / "jars" / group
+    if not path.is_dir() or not any(path.iterdir()):
+        raise MissingArtifactError(
+            f"JVM artifacts '{group}' not found in {path}; run `make setup` (it resolves infra/jvm/{group}/pom.xml)"
+        )
+    return path
+
+
+def select_extra_jars(candidates: list[str], provided: set[str]) -> list[str]:
+    """Keep the candidate jar names whose artifact is not already provided."""
+    return sorted(j for j in candidates if j.endswith(".jar") and artifact_name(j) not in provided)
+
+
+def spark_extra_jars(settings: Settings) -> list[Path]:
+    """Delta, Kafka source, S3A and JDBC jars to add to every Spark process."""
+    provided = {artifact_name(p.name) for p in (pyspark_home() / "jars").glob("*.jar")}
+    group = jar_group_dir(settings, "spark")
+    names = select_extra_jars([p.name for p in group.iterdir()], provided)
+    return [group / n for n in names]
+
+
+def postgres_jdbc_jar(settings: Settings) -> Path:
+    for jar in jar_group_dir(settings, "spark").glob("postgresql-*.jar"):
+        return jar
+    raise MissingArtifactError("PostgreSQL JDBC driver not in the jar cache; run `make setup`")

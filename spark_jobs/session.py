@@ -1,0 +1,69 @@
+"""The only place a SparkSession is built.
+
+:func:`spark_conf` is the single source of Spark configuration: the in-process
+builder uses it, and ``lake stack up`` writes the same values to
+``<state>/conf/spark/spark-defaults.conf`` so ``spark-submit`` (Airflow tasks),
+the Thrift server and beeline see exactly the same catalog, lake and jars.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spark_jobs.jars import spark_extra_jars
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
+    """Spark properties for a Lakestream process (secrets included: keep private)."""
+    conf: dict[str, str] = {
+        "spark.master": settings.spark_master,
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # Delta Lake
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Shared catalog: the Hive metastore service of the stack (or a cluster's).
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.hive.metastore.uris": settings.metastore_uri,
+        "spark.sql.warehouse.dir": settings.warehouse_uri,
+        # S3A against MinIO or S3 with the lake's scoped (non-root) keys.
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.s3a.endpoint": settings.s3_endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": settings.s3_region,
+        "spark.hadoop.fs.s3a.access.key": settings.s3_access_key,
+        "spark.hadoop.fs.s3a.secret.key": settings.s3_secret_key,
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(settings.s3_endpoint.startswith("https")).lower(),
+        "spark.hadoop.fs.s3a.fast.upload": "true",
+        # Delta on S3 without a DynamoDB log store: single writer per table (DESIGN.md).
+        "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
+    }
+    if with_jars:
+        jars = [str(p) for p in spark_extra_jars(settings)]
+        conf["spark.jars"] = ",".join(jars)
+        # The driver also needs them on its system classpath: the S3A filesystem
+        # and the JDBC driver are loaded by Hadoop/DataNucleus, not the Spark
+        # class loader. pyspark's own jars win (see jars.select_extra_jars).
+        conf["spark.driver.extraClassPath"] = ":".join(jars)
+        conf["spark.executor.extraClassPath"] = ":".join(jars)
+    return conf
+
+
+def build_session(settings: Settings, app_name: str, extra: dict[str, str] | None = None) -> SparkSession:
+    """Build (or get) the SparkSession for ``app_name`` with the lake's configuration."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in {**spark_conf(settings), **(extra or {})}.items():
+        builder = builder.config(key, value)
+    builder = builder.enableHiveSupport()
+    return builder.getOrCreate()

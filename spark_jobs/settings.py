@@ -1,0 +1,279 @@
+"""One frozen, typed settings object for every Lakestream process.
+
+Values come from ``LAKE_*`` environment variables, then from the generated,
+git-ignored ``<state dir>/.env`` (secrets made by ``lake stack up``), then from
+the defaults below. Every variable is listed in ``.env.example``.
+
+Endpoints (Spark master, Kafka bootstrap, S3, metastore, Airflow) are read only
+from here, so the same code runs against the local stack or a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Mapping
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SettingsError(ValueError):
+    """A ``LAKE_*`` variable has a value we cannot use."""
+
+
+def _parse_env_file(path: Path) -> dict[str, str]:
+    """Read ``KEY=VALUE`` lines (``#`` comments, optional quotes)."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise SettingsError(f"{path}:{lineno}: expected KEY=VALUE, got {raw!r}")
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not an integer; fix it in the environment or .env") from None
+
+
+def _bool(name: str, raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in {"1", "true", "yes", "on"}:
+        return True
+    if low in {"0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable about Lakestream. Build with :func:`load_settings`."""
+
+    state_dir: Path
+    cache_dir: Path
+    host: str
+
+    # PostgreSQL (OLTP source, Airflow metadata, Hive metastore database)
+    pg_port: int
+    pg_host: str
+    pg_superuser: str
+    pg_password: str
+    pg_os_user: str
+    pg_shop_db: str
+    cdc_user: str
+    cdc_password: str
+
+    # Kafka and Connect
+    kafka_port: int
+    kafka_controller_port: int
+    kafka_bootstrap: str
+    kafka_heap: str
+    connect_port: int
+    connect_url: str
+    connect_heap: str
+
+    # Object store
+    minio_port: int
+    minio_console_port: int
+    minio_root_user: str
+    minio_root_password: str
+    s3_endpoint: str
+    s3_region: str
+    s3_bucket: str
+    s3_access_key: str
+    s3_secret_key: str
+
+    # Spark and the shared catalog
+    spark_master: str
+    spark_driver_memory: str
+    spark_shuffle_partitions: int
+    metastore_port: int
+    metastore_uri: str
+    metastore_heap: str
+    thrift_port: int
+    thrift_driver_memory: str
+
+    # Airflow
+    airflow_port: int
+    airflow_url: str
+    airflow_admin_user: str
+    airflow_admin_password: str
+    airflow_parallelism: int
+    airflow_secret_key: str
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.state_dir / "conf"
+
+    @property
+    def warehouse_uri(self) -> str:
+        return f"s3a://{self.s3_bucket}/warehouse"
+
+    @property
+    def metastore_db(self) -> str:
+        return "metastore"
+
+    @property
+    def airflow_db(self) -> str:
+        return "airflow"
+
+    def pg_dsn(self, database: str | None = None) -> str:
+        """libpq DSN for the stack superuser (admin and metadata use only)."""
+        db = database or "postgres"
+        return f"host={self.pg_host} port={self.pg_port} dbname={db} user={self.pg_superuser} password={self.pg_password}"
+
+    def redacted(self) -> dict[str, str]:
+        """All settings as strings with secrets masked, for ``lake`` diagnostics."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = str(getattr(self, f.name))
+            if any(s in f.name for s in ("password", "secret")):
+                value = "***" if value else ""
+            out[f.name] = value
+        return out
+
+
+# name -> (default, is_secret). Defaults may reference other settings via
+# str.format(**resolved) once those are resolved (order matters).
+_DEFAULTS: dict[str, str] = {
+    "state_dir": str(REPO_ROOT / ".lake"),
+    "cache_dir": str(Path.home() / ".cache" / "lakestream"),
+    "host": "127.0.0.1",
+    "pg_port": "15432",
+    "pg_host": "{host}",
+    "pg_superuser": "lake_admin",
+    "pg_password": "",
+    "pg_os_user": "postgres",
+    "pg_shop_db": "shop",
+    "cdc_user": "lake_cdc",
+    "cdc_password": "",
+    "kafka_port": "19092",
+    "kafka_controller_port": "19093",
+    "kafka_bootstrap": "{host}:{kafka_port}",
+    "kafka_heap": "512m",
+    "connect_port": "18083",
+    "connect_url": "http://{host}:{connect_port}",
+    "connect_heap": "768m",
+    "minio_port": "19000",
+    "minio_console_port": "19001",
+    "minio_root_user": "",
+    "minio_root_password": "",
+    "s3_endpoint": "http://{host}:{minio_port}",
+    "s3_region": "us-east-1",
+    "s3_bucket": "lake",
+    "s3_access_key": "",
+    "s3_secret_key": "",
+    "spark_master": "local[2]",
+    "spark_driver_memory": "2g",
+    "spark_shuffle_partitions": "4",
+    "metastore_port": "19083",
+    "metastore_uri": "thrift://{host}:{metastore_port}",
+    "metastore_heap": "512m",
+    "thrift_port": "10000",
+    "thrift_driver_memory": "1g",
+    "airflow_port": "18080",
+    "airflow_url": "http://{host}:{airflow_port}",
+    "airflow_admin_user": "admin",
+    "airflow_admin_password": "",
+    "airflow_parallelism": "4",
+    "airflow_secret_key": "",
+}
+
+SECRET_NAMES = (
+    "pg_password",
+    "cdc_password",
+    "minio_root_user",
+    "minio_root_password",
+    "s3_access_key",
+    "s3_secret_key",
+    "airflow_admin_password",
+    "airflow_secret_key",
+)
+
+
+def env_name(field_name: str) -> str:
+    return "LAKE_" + field_name.upper()
+
+
+def defaults() -> Mapping[str, str]:
+    """Raw defaults, for ``.env.example`` and its test."""
+    return dict(_DEFAULTS)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve settings from ``environ`` (default ``os.environ``) and the state dir's ``.env``."""
+    env = dict(os.environ if environ is None else environ)
+    known = {env_name(n) for n in _DEFAULTS}
+    unknown = sorted(k for k in env if k.startswith("LAKE_") and k not in known)
+    if unknown:
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(unknown)}; the valid names are listed in .env.example"
+        )
+    state_dir = Path(env.get("LAKE_STATE_DIR", _DEFAULTS["state_dir"])).expanduser().resolve()
+    file_values = _parse_env_file(state_dir / ".env")
+    resolved: dict[str, str] = {}
+    for name, default in _DEFAULTS.items():
+        key = env_name(name)
+        if key in env:
+            resolved[name] = env[key]
+        elif key in file_values:
+            resolved[name] = file_values[key]
+        else:
+            resolved[name] = default.format(**resolved)
+    resolved["state_dir"] = str(state_dir)
+
+    kwargs: dict[str, object] = {}
+    for f in fields(Settings):
+        raw = resolved[f.name]
+        if f.type in ("int", int):
+            kwargs[f.name] = _int(env_name(f.name), raw)
+        elif f.type in ("bool", bool):
+            kwargs[f.name] = _bool(env_name(f.name), raw)
+        elif f.type in ("Path", Path):
+            kwargs[f.name] = Path(raw).expanduser()
+        else:
+            kwargs[f.name] = raw
+    settings = Settings(**kwargs)  # type: ignore[arg-type]
+    _validate(settings)
+    return settings
+
+
+def _validate(s: Settings) -> None:
+    for name in ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port",
+                 "minio_console_port", "metastore_port", "thrift_port", "airflow_port"):
+        port = getattr(s, name)
+        if not 1 <= port <= 65535:
+            raise SettingsError(f"{env_name(name)}={port} is not a TCP port (1-65535)")
+    if not s.spark_master.startswith(("local", "spark://", "k8s://", "yarn")):
+        raise SettingsError(
+            f"LAKE_SPARK_MASTER={s.spark_master!r} is not a Spark master URL; "
+            "use local[N], spark://host:7077, k8s://https://... or yarn"
+        )
+    if not s.s3_endpoint.startswith(("http://", "https://")):
+        raise SettingsError(f"LAKE_S3_ENDPOINT={s.s3_endpoint!r} must start with http:// or https://")
+    if s.spark_shuffle_partitions < 1:
+        raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")

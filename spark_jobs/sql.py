@@ -1,0 +1,122 @@
+"""``lake sql``: statements against the shared catalog, printed for people or scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+FORMATS = ("table", "csv", "json")
+
+
+def split_statements(text: str) -> list[str]:
+    """Split on ``;`` outside quotes and comments; drop empty statements."""
+    out: list[str] = []
+    buf: list[str] = []
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            buf.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+            buf.append(ch)
+        elif ch == "-" and text[i : i + 2] == "--":
+            end = text.find("\n", i)
+            i = len(text) if end == -1 else end
+            continue
+        elif ch == ";":
+            out.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+        i += 1
+    out.append("".join(buf))
+    return [s.strip() for s in out if s.strip()]
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if hasattr(value, "asDict"):
+        return _json_value(value.asDict(recursive=True))
+    return value
+
+
+def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
+    """Render a result: ``json`` is one object per line, ``csv`` has a header."""
+    if fmt == "json":
+        return "".join(json.dumps(dict(zip(columns, map(_json_value, r))), ensure_ascii=False) + "\n" for r in rows)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        for r in rows:
+            writer.writerow(["" if v is None else v for v in r])
+        return buf.getvalue()
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    cells = [[("NULL" if v is None else str(v)) for v in r] for r in rows]
+    widths = [len(c) for c in columns]
+    for r in cells:
+        widths = [max(w, len(v)) for w, v in zip(widths, r)]
+    sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    lines = [sep, "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |", sep]
+    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
+    lines.append(sep)
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines) + "\n"
+
+
+def run(statements: str | None, fmt: str) -> int:
+    from pyspark.errors import PySparkException
+
+    from spark_jobs.session import build_session
+    from spark_jobs.settings import load_settings
+
+    spark = build_session(load_settings(), "lake-sql")
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def execute(text: str) -> bool:
+        result = None
+        for stmt in split_statements(text):
+            try:
+                result = spark.sql(stmt)
+                rows = result.collect()
+            except PySparkException as exc:
+                print(f"error in statement: {stmt[:200]}\n{exc}", file=sys.stderr)
+                return False
+        if result is not None:
+            sys.stdout.write(format_rows(result.columns, [tuple(r) for r in rows], fmt))
+        return True
+
+    if statements is not None:
+        return 0 if execute(statements) else 1
+    print("lake sql: statements end with ';'. Ctrl-D to quit.", file=sys.stderr)
+    pending = ""
+    while True:
+        try:
+            line = input("lake> " if not pending else "  ... ")
+        except EOFError:
+            print(file=sys.stderr)
+            return 0
+        pending += line + "\n"
+        if pending.rstrip().endswith(";"):
+            execute(pending)
+            pending = ""

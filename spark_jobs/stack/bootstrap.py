@@ -1,0 +1,192 @@
+"""One-time and every-start preparation of the services' state. All idempotent."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+
+from pathlib import Path
+
+from spark_jobs.settings import Settings
+from spark_jobs.stack.services import java_bin, pg_bin, venv_bin, write_private
+from spark_jobs.stack.supervisor import StackError
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, user: str | None = None) -> str:
+    if user:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        out = (proc.stdout + proc.stderr).strip()[-3000:]
+        raise StackError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:6])} ...\n{out}")
+    return proc.stdout
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+def pg_os_user(settings: Settings) -> str | None:
+    """The unprivileged OS user PostgreSQL runs as when we are root (it refuses root)."""
+    if os.geteuid() != 0:
+        return None
+    name = settings.pg_os_user
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        _run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+             f"creating system user {name} for PostgreSQL")
+    return name
+
+
+def _chown(path: Path, user: str | None) -> None:
+    if user:
+        shutil.chown(path, user=user, group=pwd.getpwnam(user).pw_gid)
+
+
+def _check_traversable(path: Path, user: str) -> None:
+    proc = subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)], check=False)
+    if proc.returncode != 0:
+        raise StackError(
+            f"PostgreSQL runs as OS user '{user}', who cannot reach {path}; "
+            f"make its parent folders traversable (chmod o+x) or set LAKE_STATE_DIR elsewhere"
+        )
+
+
+def init_postgres(settings: Settings) -> None:
+    data = settings.data_dir / "postgres"
+    user = pg_os_user(settings)
+    sock = settings.run_dir / "postgres"
+    sock.mkdir(parents=True, exist_ok=True)
+    _chown(sock, user)
+    if (data / "PG_VERSION").exists():
+        return
+    print(f"  initdb {data}", flush=True)
+    data.mkdir(parents=True, exist_ok=True)
+    data.chmod(0o700)
+    _chown(data, user)
+    if user:
+        _check_traversable(data, user)
+    with tempfile.NamedTemporaryFile("w", dir=settings.run_dir, delete=False) as fh:
+        fh.write(settings.pg_password + "\n")
+        pwfile = Path(fh.name)
+    try:
+        _chown(pwfile, user)
+        _run([pg_bin("initdb"), "-D", str(data), "-U", settings.pg_superuser, f"--pwfile={pwfile}",
+              "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"], "initdb", user=user)
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def configure_postgres(settings: Settings) -> None:
+    """Roles and databases; passwords re-synced with the state dir's .env each start."""
+    import psycopg2
+    from psycopg2 import sql
+
+    conn = psycopg2.connect(settings.pg_dsn(), connect_timeout=5)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("ALTER ROLE {} PASSWORD %s".format(_ident(settings.pg_superuser)), (settings.pg_password,))
+        cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (settings.cdc_user,))
+        # Debezium's role: may log in and replicate, is not a superuser.
+        verb = "ALTER" if cur.fetchone() else "CREATE"
+        cur.execute(sql.SQL(verb + " ROLE {} WITH LOGIN REPLICATION NOSUPERUSER PASSWORD %s").format(
+            sql.Identifier(settings.cdc_user)), (settings.cdc_password,))
+        for db in (settings.pg_shop_db, settings.airflow_db, settings.metastore_db):
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
+            if not cur.fetchone():
+                cur.execute(sql.SQL("CREATE DATABASE {} ENCODING 'UTF8'").format(sql.Identifier(db)))
+        cur.execute(sql.SQL("GRANT CONNECT, CREATE ON DATABASE {} TO {}").format(
+            sql.Identifier(settings.pg_shop_db), sql.Identifier(settings.cdc_user)))
+    conn.close()
+
+
+def _ident(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise StackError(f"role name {name!r} must be alphanumeric/underscore")
+    return '"' + name + '"'
+
+
+# ---------------------------------------------------------------- MinIO
+
+def bucket_policy(bucket: str) -> dict[str, object]:
+    """IAM policy for the lake's keys: everything inside its bucket, nothing else."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow",
+             "Action": ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads"],
+             "Resource": [f"arn:aws:s3:::{bucket}"]},
+            {"Effect": "Allow",
+             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                        "s3:ListMultipartUploadParts"],
+             "Resource": [f"arn:aws:s3:::{bucket}/*"]},
+        ],
+    }
+
+
+def configure_minio(settings: Settings) -> None:
+    from minio import Minio, MinioAdmin
+    from minio.credentials import StaticProvider
+
+    endpoint = settings.s3_endpoint.split("://", 1)[1]
+    secure = settings.s3_endpoint.startswith("https")
+    root = StaticProvider(settings.minio_root_user, settings.minio_root_password)
+    client = Minio(endpoint, credentials=root, secure=secure, region=settings.s3_region)
+    if not client.bucket_exists(settings.s3_bucket):
+        client.make_bucket(settings.s3_bucket)
+    admin = MinioAdmin(endpoint, credentials=root, secure=secure, region=settings.s3_region)
+    policy_name = f"{settings.s3_bucket}-readwrite"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(bucket_policy(settings.s3_bucket), fh)
+        policy_file = fh.name
+    try:
+        admin.policy_add(policy_name, policy_file)
+    finally:
+        os.unlink(policy_file)
+    admin.user_add(settings.s3_access_key, settings.s3_secret_key)
+    try:
+        admin.policy_set(policy_name, user=settings.s3_access_key)
+    except Exception as exc:  # noqa: BLE001 - already attached is fine
+        if "already" not in str(exc).lower():
+            raise
+
+
+# ---------------------------------------------------------------- Kafka
+
+def format_kafka(settings: Settings) -> None:
+    data = settings.data_dir / "kafka"
+    if (data / "meta.properties").exists():
+        return
+    data.mkdir(parents=True, exist_ok=True)
+    cp = str(settings.cache_dir / "jars" / "kafka" / "*")
+    cluster_id = _run([java_bin(), "-cp", cp, "kafka.tools.StorageTool", "random-uuid"],
+                      "kafka-storage random-uuid").strip().splitlines()[-1]
+    print(f"  formatting Kafka storage {data} (cluster {cluster_id})", flush=True)
+    _run([java_bin(), "-cp", cp, f"-Dlog4j2.configurationFile={settings.conf_dir / 'log4j2' / 'kafka.yaml'}",
+          "kafka.tools.StorageTool", "format", "-t", cluster_id,
+          "-c", str(settings.conf_dir / "kafka" / "server.properties"), "--ignore-formatted"],
+         "kafka-storage format")
+
+
+# ---------------------------------------------------------------- Airflow
+
+def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
+    """Migrate the metadata DB (when the Airflow version changed) and seed the admin password."""
+    home = settings.state_dir / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    # SimpleAuthManager reads this file; it generates only for users missing here.
+    write_private(home / "passwords.json", json.dumps({settings.airflow_admin_user: settings.airflow_admin_password}))
+    import airflow
+
+    stamp = home / ".migrated"
+    if stamp.exists() and stamp.read_text().strip() == airflow.__version__:
+        return
+    print("  migrating the Airflow metadata database (first start takes a minute)", flush=True)
+    full_env = {**os.environ, **env}
+    _run([str(venv_bin() / "airflow"), "db", "migrate"], "airflow db migrate", env=full_env)
+    stamp.write_text(airflow.__version__)
+
+

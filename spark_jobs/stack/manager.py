@@ -1,0 +1,254 @@
+"""``lake stack up|down|status|logs``: the local stack's lifecycle."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from spark_jobs.settings import Settings, env_name, load_settings
+from spark_jobs.stack import bootstrap, supervisor
+from spark_jobs.stack.secrets import ensure_env_file
+from spark_jobs.stack.services import (
+    Service,
+    airflow_env,
+    base_env,
+    check_artifacts,
+    render_configs,
+    services,
+)
+from spark_jobs.stack.supervisor import StackError, log_path
+
+PORT_SETTING = {
+    "postgres": ("pg_port",),
+    "minio": ("minio_port", "minio_console_port"),
+    "kafka": ("kafka_port", "kafka_controller_port"),
+    "connect": ("connect_port",),
+    "metastore": ("metastore_port",),
+    "thrift": ("thrift_port",),
+    "airflow": ("airflow_port",),
+}
+
+
+def prepared_settings() -> Settings:
+    """Settings after making sure the state dir and its generated secrets exist."""
+    first = load_settings()
+    ensure_env_file(first.state_dir)
+    return load_settings()
+
+
+def _port_owner(port: int) -> str:
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+                if conn.pid:
+                    try:
+                        proc = psutil.Process(conn.pid)
+                        return f"pid {conn.pid} ({proc.name()})"
+                    except psutil.Error:
+                        return f"pid {conn.pid}"
+                return "another program"
+    except psutil.Error:
+        pass
+    return "another program"
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _running(settings: Settings, service: Service) -> bool:
+    infos = [supervisor.program_info(settings, p.name) for p in service.programs]
+    return all(i is not None and i.get("statename") == "RUNNING" for i in infos)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    if not path.exists():
+        return f"(no log at {path})"
+    data = path.read_bytes()[-20000:].decode(errors="replace").splitlines()
+    return "\n".join(data[-lines:])
+
+
+def _wait_healthy(settings: Settings, service: Service) -> None:
+    start = time.monotonic()
+    last_report = start
+    detail = "not probed yet"
+    while True:
+        elapsed = time.monotonic() - start
+        for prog in service.programs:
+            info = supervisor.program_info(settings, prog.name)
+            state = (info or {}).get("statename")
+            if state in {"FATAL", "EXITED", "BACKOFF"} and elapsed > 2:
+                raise StackError(
+                    f"{service.name}: process {prog.name} is {state}. Log {log_path(settings, prog.name)}:\n"
+                    f"{_tail(log_path(settings, prog.name))}\nHint: {service.hint}"
+                )
+        ok, detail = service.probe(settings)
+        if ok:
+            print(f"  {service.name:<9} healthy in {elapsed:5.1f}s  {service.endpoint}  ({detail})", flush=True)
+            return
+        if elapsed > service.start_timeout:
+            raise StackError(
+                f"{service.name} did not become healthy within {service.start_timeout:.0f}s at "
+                f"{service.endpoint}: {detail}\nLog {log_path(settings, service.main)} (last lines):\n"
+                f"{_tail(log_path(settings, service.main))}\nHint: {service.hint}"
+            )
+        if time.monotonic() - last_report > 15:
+            print(f"  {service.name:<9} waiting ({elapsed:.0f}s): {detail[:160]}", flush=True)
+            last_report = time.monotonic()
+        time.sleep(1.0)
+
+
+def _check_ports_free(settings: Settings, service: Service) -> None:
+    for setting in PORT_SETTING.get(service.name, ()):
+        port = getattr(settings, setting)
+        if _port_in_use(settings.host, port):
+            raise StackError(
+                f"{service.name}: port {port} on {settings.host} is taken by {_port_owner(port)}; "
+                f"stop that program or set {env_name(setting)} to a free port (in the environment or "
+                f"{settings.state_dir / '.env'})"
+            )
+
+
+def _prepare(settings: Settings, service: Service) -> None:
+    if service.name == "postgres":
+        bootstrap.init_postgres(settings)
+    elif service.name == "kafka":
+        bootstrap.format_kafka(settings)
+    elif service.name == "airflow":
+        bootstrap.prepare_airflow(settings, {**base_env(settings), **airflow_env(settings)})
+
+
+def _after_start(settings: Settings, service: Service) -> None:
+    if service.name == "postgres":
+        bootstrap.configure_postgres(settings)
+
+
+def _pre_probe(settings: Settings, service: Service) -> None:
+    """Work that needs the process up but must precede the real probe."""
+    if service.name == "minio":
+        deadline = time.monotonic() + service.start_timeout
+        while True:
+            try:
+                bootstrap.configure_minio(settings)
+                return
+            except Exception as exc:  # noqa: BLE001 - MinIO may still be starting
+                if time.monotonic() > deadline:
+                    raise StackError(
+                        f"minio: could not create bucket/user at {settings.s3_endpoint}: {exc}\n"
+                        f"Log {log_path(settings, 'minio')}:\n{_tail(log_path(settings, 'minio'))}"
+                    ) from exc
+                time.sleep(1.0)
+
+
+def up(only: list[str] | None = None) -> Settings:
+    """Start the stack (or the named services and what they need); a no-op if healthy."""
+    settings = prepared_settings()
+    check_artifacts(settings)
+    for d in (settings.data_dir, settings.log_dir, settings.run_dir, settings.conf_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    render_configs(settings)
+    all_services = services(settings)
+    names = [s.name for s in all_services]
+    if only:
+        bad = [n for n in only if n not in names]
+        if bad:
+            raise StackError(f"unknown service(s) {', '.join(bad)}; choose from {', '.join(names)}")
+        # Everything up to the last requested service, in dependency order.
+        last = max(names.index(n) for n in only)
+        all_services = all_services[: last + 1]
+    print(f"lake stack up: state in {settings.state_dir}", flush=True)
+    supervisor.start_daemon(settings, services(settings))
+    for service in all_services:
+        if _running(settings, service):
+            ok, detail = service.probe(settings)
+            if ok:
+                print(f"  {service.name:<9} already running  {service.endpoint}", flush=True)
+                continue
+            _wait_healthy(settings, service)
+            continue
+        _check_ports_free(settings, service)
+        _prepare(settings, service)
+        print(f"  {service.name:<9} starting", flush=True)
+        for prog in service.programs:
+            supervisor.start_program(settings, prog.name)
+        _pre_probe(settings, service)
+        _wait_healthy(settings, service)
+        _after_start(settings, service)
+    return settings
+
+
+def down() -> None:
+    settings = load_settings()
+    pid = supervisor.daemon_pid(settings)
+    if pid is None:
+        print(f"lake stack down: nothing running for {settings.state_dir}")
+    else:
+        print(f"lake stack down: stopping supervisord (pid {pid}) and its programs", flush=True)
+        supervisor.shutdown(settings)
+    leftovers = _leftover_processes(settings)
+    for proc in leftovers:
+        print(f"  killing leftover process {proc.pid}: {' '.join(proc.cmdline())[:120]}", flush=True)
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    print("  stopped", flush=True)
+
+
+def _leftover_processes(settings: Settings) -> list[psutil.Process]:
+    """Processes still using our state dir (e.g. a child that escaped its group)."""
+    marker = str(settings.state_dir)
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if proc.info["pid"] != me and marker in cmd and "lake " not in cmd and "pytest" not in cmd:
+            found.append(proc)
+    return found
+
+
+def status(settings: Settings | None = None) -> dict[str, Any]:
+    settings = settings or load_settings()
+    daemon = supervisor.daemon_pid(settings) is not None
+    out: dict[str, Any] = {}
+    for service in services(settings):
+        info = supervisor.program_info(settings, service.main) if daemon else None
+        pid = (info or {}).get("pid") or None
+        running = daemon and _running(settings, service)
+        healthy = False
+        detail = "not running"
+        if running:
+            healthy, detail = service.probe(settings)
+        out[service.name] = {
+            "healthy": healthy,
+            "pid": pid if running else None,
+            "endpoint": service.endpoint,
+            "log": str(log_path(settings, service.main)),
+            "detail": detail,
+        }
+    return {"services": out}
+
+
+def logs(service: str, lines: int) -> str:
+    settings = load_settings()
+    known = {p.name: p for s in services(settings) for p in s.programs}
+    aliases = {s.name: s.main for s in services(settings)}
+    program = aliases.get(service, service)
+    if program not in known:
+        raise StackError(f"unknown service {service!r}; choose from {', '.join(sorted(set(aliases) | set(known)))}")
+    return _tail(log_path(settings, program), lines)

@@ -1,0 +1,352 @@
+"""The stack's services: how each is launched, configured and probed.
+
+Configs in ``infra/conf`` are templates with ``@@NAME@@`` placeholders; they are
+rendered into ``<state>/conf`` on every ``lake stack up`` so a changed setting
+(a port, a heap) takes effect on the next start. The same templates serve a
+container image or a cluster: only the substituted values differ.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spark_jobs.jars import jar_group_dir, pyspark_home, spark_extra_jars
+from spark_jobs.session import spark_conf
+from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.stack import health
+
+INFRA = REPO_ROOT / "infra"
+TEMPLATES = INFRA / "conf"
+MINIO_BIN_NAME = "minio"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One supervised process."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    stop_signal: str = "TERM"
+    stop_wait: int = 30
+
+
+@dataclass(frozen=True)
+class Service:
+    """A user-visible service: one or more programs, a port and a probe."""
+
+    name: str
+    programs: tuple[Program, ...]
+    ports: tuple[int, ...]
+    endpoint: str
+    probe: Callable[[Settings], health.Probe]
+    start_timeout: float
+    hint: str
+
+    @property
+    def main(self) -> str:
+        return self.programs[0].name
+
+
+def render_template(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace(f"@@{key}@@", value)
+    if "@@" in text:
+        start = text.index("@@")
+        raise ValueError(f"unsubstituted placeholder near {text[start:start + 40]!r}")
+    return text
+
+
+def java_bin() -> str:
+    java = shutil.which("java")
+    if java is None:
+        home = os.environ.get("JAVA_HOME")
+        if home and (Path(home) / "bin" / "java").exists():
+            return str(Path(home) / "bin" / "java")
+        raise FileNotFoundError("java not found on PATH (Java 17 is required); install a JDK 17 or set JAVA_HOME")
+    return java
+
+
+def minio_binary(settings: Settings) -> Path:
+    path = settings.cache_dir / "bin" / MINIO_BIN_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"MinIO binary missing at {path}; run `make setup` (it builds MinIO from its Go module)")
+    return path
+
+
+def pg_bin(name: str) -> str:
+    """A PostgreSQL server binary: PATH first, then Debian's versioned folder."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
+        return str(candidate)
+    raise FileNotFoundError(
+        f"PostgreSQL binary '{name}' not found on PATH or in /usr/lib/postgresql/*/bin; "
+        "install PostgreSQL 15 server binaries (apt-get install postgresql-15) or run `make setup`"
+    )
+
+
+def venv_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+def spark_conf_dir(settings: Settings) -> Path:
+    return settings.conf_dir / "spark"
+
+
+def base_env(settings: Settings) -> dict[str, str]:
+    """Environment every supervised program gets (PATH with our venv first)."""
+    path = f"{venv_bin()}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+    env = {
+        "PATH": path,
+        "HOME": os.environ.get("HOME", "/root"),
+        "LAKE_STATE_DIR": str(settings.state_dir),
+        "LAKE_CACHE_DIR": str(settings.cache_dir),
+        "SPARK_CONF_DIR": str(spark_conf_dir(settings)),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    if "JAVA_HOME" in os.environ:
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    return env
+
+
+def airflow_env(settings: Settings) -> dict[str, str]:
+    """Airflow 3 configuration as ``AIRFLOW__*`` variables (no airflow.cfg edits)."""
+    home = settings.state_dir / "airflow"
+    db = (f"postgresql+psycopg2://{settings.pg_superuser}:{settings.pg_password}"
+          f"@{settings.pg_host}:{settings.pg_port}/{settings.airflow_db}")
+    spark_conn = '{"conn_type": "spark", "host": "' + settings.spark_master + '"}'
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(settings.airflow_parallelism),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(settings.airflow_parallelism),
+        "AIRFLOW__CORE__DEFAULT_TIMEZONE": "utc",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{settings.airflow_url}/execution/",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{settings.airflow_admin_user}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db,
+        "AIRFLOW__API__HOST": settings.host,
+        "AIRFLOW__API__PORT": str(settings.airflow_port),
+        "AIRFLOW__API__BASE_URL": settings.airflow_url,
+        "AIRFLOW__API__SECRET_KEY": settings.airflow_secret_key,
+        "AIRFLOW__API_AUTH__JWT_SECRET": settings.airflow_secret_key,
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(settings.log_dir / "airflow-tasks"),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        "AIRFLOW_CONN_LAKE_SPARK": spark_conn,
+    }
+
+
+def _cp(*parts: Path | str) -> str:
+    return ":".join(str(p) for p in parts)
+
+
+def services(settings: Settings) -> list[Service]:
+    """All services in start order."""
+    env = base_env(settings)
+    conf = settings.conf_dir
+    data = settings.data_dir
+    host = settings.host
+    log4j = f"-Dlog4j2.configurationFile={conf / 'log4j2' / 'kafka.yaml'}"
+    pg_user = settings.pg_os_user if os.geteuid() == 0 else None
+
+    postgres = Service(
+        name="postgres",
+        programs=(Program(
+            name="postgres",
+            command=[pg_bin("postgres"), "-D", str(data / "postgres"), "-p", str(settings.pg_port),
+                     "-c", f"listen_addresses={host}",
+                     "-c", f"unix_socket_directories={settings.run_dir / 'postgres'}",
+                     "-c", "wal_level=logical", "-c", "max_wal_senders=10", "-c", "max_replication_slots=10",
+                     # An abandoned replication slot must not fill the disk.
+                     "-c", "max_slot_wal_keep_size=4GB",
+                     "-c", "shared_buffers=256MB", "-c", "max_connections=200",
+                     "-c", "logging_collector=off", "-c", "log_min_messages=warning"],
+            env={"PATH": env["PATH"]},
+            user=pg_user,
+            stop_signal="INT",  # fast shutdown; TERM waits for every client
+        ),),
+        ports=(settings.pg_port,),
+        endpoint=f"postgresql://{settings.pg_host}:{settings.pg_port}",
+        probe=health.postgres,
+        start_timeout=60,
+        hint="PostgreSQL 15 binaries (initdb, postgres) must be on PATH",
+    )
+    minio = Service(
+        name="minio",
+        programs=(Program(
+            name="minio",
+            command=[str(settings.cache_dir / "bin" / MINIO_BIN_NAME), "server", str(data / "minio"),
+                     "--address", f"{host}:{settings.minio_port}",
+                     "--console-address", f"{host}:{settings.minio_console_port}", "--quiet"],
+            env={**env, "MINIO_ROOT_USER": settings.minio_root_user,
+                 "MINIO_ROOT_PASSWORD": settings.minio_root_password,
+                 "MINIO_BROWSER_REDIRECT": "off", "MINIO_UPDATE": "off"},
+        ),),
+        ports=(settings.minio_port, settings.minio_console_port),
+        endpoint=settings.s3_endpoint,
+        probe=health.minio,
+        start_timeout=60,
+        hint="the MinIO binary is built by `make setup`",
+    )
+    kafka_cp = str(settings.cache_dir / "jars" / "kafka" / "*")
+    kafka = Service(
+        name="kafka",
+        programs=(Program(
+            name="kafka",
+            command=[java_bin(), f"-Xmx{settings.kafka_heap}", f"-Xms{settings.kafka_heap}", "-XX:+UseG1GC",
+                     "-Djava.awt.headless=true", log4j, "-cp", kafka_cp, "kafka.Kafka",
+                     str(conf / "kafka" / "server.properties")],
+            env=env,
+        ),),
+        ports=(settings.kafka_port, settings.kafka_controller_port),
+        endpoint=settings.kafka_bootstrap,
+        probe=health.kafka,
+        start_timeout=90,
+        hint="Kafka jars are resolved by `make setup` into the cache",
+    )
+    connect = Service(
+        name="connect",
+        programs=(Program(
+            name="connect",
+            command=[java_bin(), f"-Xmx{settings.connect_heap}", f"-Xms{settings.connect_heap}", "-XX:+UseG1GC",
+                     "-Djava.awt.headless=true", log4j,
+                     # Kafka 4 only honours config providers named in this allowlist.
+                     "-Dorg.apache.kafka.automatic.config.providers=org.apache.kafka.common.config.provider.FileConfigProvider,org.apache.kafka.common.config.provider.DirectoryConfigProvider,org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+                     "-cp", kafka_cp, "org.apache.kafka.connect.cli.ConnectDistributed",
+                     str(conf / "connect" / "worker.properties")],
+            env=env,
+        ),),
+        ports=(settings.connect_port,),
+        endpoint=settings.connect_url,
+        probe=health.connect,
+        start_timeout=120,
+        hint="Connect needs Kafka up and the Debezium plugin unpacked by `make setup`",
+    )
+    metastore_cp = _cp(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings))
+    metastore = Service(
+        name="metastore",
+        programs=(Program(
+            name="metastore",
+            command=[java_bin(), f"-Xmx{settings.metastore_heap}", "-Djava.awt.headless=true",
+                     f"-Dlog4j2.configurationFile={conf / 'log4j2' / 'metastore.properties'}",
+                     "-cp", metastore_cp, "org.apache.hadoop.hive.metastore.HiveMetaStore",
+                     "-p", str(settings.metastore_port)],
+            env={**env, "HADOOP_USER_NAME": "lake"},
+        ),),
+        ports=(settings.metastore_port,),
+        endpoint=settings.metastore_uri,
+        probe=health.metastore,
+        start_timeout=120,
+        hint="the Hive metastore runs from pyspark's Hive 2.3 jars against the stack's PostgreSQL",
+    )
+    thrift = Service(
+        name="thrift",
+        programs=(Program(
+            name="thrift",
+            command=[str(venv_bin() / "spark-submit"), "--class",
+                     "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
+                     "--name", "lake-thrift-server",
+                     "--conf", f"spark.driver.memory={settings.thrift_driver_memory}",
+                     "--conf", f"spark.hive.server2.thrift.port={settings.thrift_port}",
+                     "--conf", f"spark.hive.server2.thrift.bind.host={host}",
+                     "spark-internal"],
+            env={**env, "HADOOP_USER_NAME": "lake"},
+        ),),
+        ports=(settings.thrift_port,),
+        endpoint=f"jdbc:hive2://{host}:{settings.thrift_port}/default",
+        probe=health.thrift,
+        start_timeout=180,
+        hint="the Spark Thrift Server needs the metastore and MinIO",
+    )
+    af_env = {**env, **airflow_env(settings)}
+    airflow_bin = str(venv_bin() / "airflow")
+    airflow = Service(
+        name="airflow",
+        programs=(
+            Program(name="airflow-api-server",
+                    command=[airflow_bin, "api-server", "--host", host, "--port", str(settings.airflow_port),
+                             "--workers", "1"], env=af_env),
+            Program(name="airflow-scheduler", command=[airflow_bin, "scheduler"], env=af_env),
+            Program(name="airflow-dag-processor", command=[airflow_bin, "dag-processor"], env=af_env),
+            Program(name="airflow-triggerer", command=[airflow_bin, "triggerer"], env=af_env),
+        ),
+        ports=(settings.airflow_port,),
+        endpoint=settings.airflow_url,
+        probe=health.airflow,
+        start_timeout=240,
+        hint="Airflow needs PostgreSQL; its metadata DB is migrated by `lake stack up`",
+    )
+    return [postgres, minio, kafka, connect, metastore, thrift, airflow]
+
+
+def spark_defaults_text(settings: Settings) -> str:
+    lines = ["# Generated by `lake stack up` from spark_jobs.session.spark_conf. Holds secrets: mode 0600."]
+    for key, value in sorted(spark_conf(settings).items()):
+        lines.append(f"{key} {value}")
+    return "\n".join(lines) + "\n"
+
+
+def template_values(settings: Settings) -> dict[str, str]:
+    return {
+        "HOST": settings.host,
+        "PG_PORT": str(settings.pg_port),
+        "PG_SOCKET_DIR": str(settings.run_dir / "postgres"),
+        "PG_HOST": settings.pg_host,
+        "PG_USER": settings.pg_superuser,
+        "PG_PASSWORD": settings.pg_password,
+        "METASTORE_DB": settings.metastore_db,
+        "WAREHOUSE": settings.warehouse_uri,
+        "S3_ENDPOINT": settings.s3_endpoint,
+        "S3_REGION": settings.s3_region,
+        "S3_ACCESS_KEY": settings.s3_access_key,
+        "S3_SECRET_KEY": settings.s3_secret_key,
+        "KAFKA_PORT": str(settings.kafka_port),
+        "KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+        "KAFKA_DATA_DIR": str(settings.data_dir / "kafka"),
+        "KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CONNECT_PORT": str(settings.connect_port),
+        "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
+        "SECRETS_DIR": str(settings.state_dir / "secrets"),
+    }
+
+
+def write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def render_configs(settings: Settings) -> None:
+    """Render every template into ``<state>/conf`` (private files: some hold secrets)."""
+    values = template_values(settings)
+    for src in sorted(TEMPLATES.rglob("*")):
+        if src.is_file():
+            dst = settings.conf_dir / src.relative_to(TEMPLATES)
+            write_private(dst, render_template(src.read_text(encoding="utf-8"), values))
+    write_private(spark_conf_dir(settings) / "spark-defaults.conf", spark_defaults_text(settings))
+    # Connect reads credentials through its FileConfigProvider from here.
+    write_private(settings.state_dir / "secrets" / "postgres.properties",
+                  f"cdc.user={settings.cdc_user}\ncdc.password={settings.cdc_password}\n")
+
+
+def check_artifacts(settings: Settings) -> None:
+    """Fail early, naming the missing piece, before anything starts."""
+    jar_group_dir(settings, "kafka")
+    jar_group_dir(settings, "debezium")
+    jar_group_dir(settings, "spark")
+    minio_binary(settings)
+    java_bin()
