@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spark_jobs.settings import Settings
 
-_VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
+_JAR = re.compile(r"^(?P<name>.*)-\d+(?:\.\d+)+[\w.\-]*\.jar$")
 
 
 class MissingArtifactError(RuntimeError):
@@ -22,7 +22,8 @@ class MissingArtifactError(RuntimeError):
 
 def artifact_name(jar: str) -> str:
     """``jackson-core-2.13.5.jar`` -> ``jackson-core``."""
-    return _VERSION_SUFFIX.sub("", jar)
+    match = _JAR.match(jar)
+    return match.group("name") if match else jar.removesuffix(".jar")
 
 
 def pyspark_home() -> Path:

@@ -11,11 +11,13 @@ from here, so the same code runs against the local stack or a cluster.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Mapping
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_LOCAL_MASTER = re.compile(r"^local(\[(\d+|\*)(,\d+)?\])?$")
 
 
 class SettingsError(ValueError):
@@ -151,7 +153,7 @@ class Settings:
         out: dict[str, str] = {}
         for f in fields(self):
             value = str(getattr(self, f.name))
-            if any(s in f.name for s in ("password", "secret")):
+            if f.name in SECRET_NAMES:
                 value = "***" if value else ""
             out[f.name] = value
         return out
@@ -268,7 +270,8 @@ def _validate(s: Settings) -> None:
         port = getattr(s, name)
         if not 1 <= port <= 65535:
             raise SettingsError(f"{env_name(name)}={port} is not a TCP port (1-65535)")
-    if not s.spark_master.startswith(("local", "spark://", "k8s://", "yarn")):
+    if not (_LOCAL_MASTER.match(s.spark_master) or s.spark_master.startswith(("spark://", "k8s://"))
+            or s.spark_master == "yarn"):
         raise SettingsError(
             f"LAKE_SPARK_MASTER={s.spark_master!r} is not a Spark master URL; "
             "use local[N], spark://host:7077, k8s://https://... or yarn"

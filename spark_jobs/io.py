@@ -1,0 +1,60 @@
+"""All table I/O: names, locations, database creation, idempotent writes.
+
+Nobody else builds an ``s3a://`` path: a table's data lives under
+``<warehouse>/<db>/<table>`` (DESIGN.md, "Contracts").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+LAYERS = ("bronze", "silver", "hot", "gold", "quarantine", "ops")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def split_table(name: str) -> tuple[str, str]:
+    """``"ops.smoke"`` -> ``("ops", "smoke")``, validating both parts."""
+    db, sep, table = name.partition(".")
+    if not sep or not _NAME.match(db) or not _NAME.match(table):
+        raise ValueError(f"table name {name!r} must be <database>.<table> in lower_snake_case")
+    if db not in LAYERS:
+        raise ValueError(f"database {db!r} of table {name!r} is not a lake layer ({', '.join(LAYERS)})")
+    return db, table
+
+
+def database_location(settings: Settings, db: str) -> str:
+    return f"{settings.warehouse_uri}/{db}"
+
+
+def table_location(settings: Settings, name: str) -> str:
+    db, table = split_table(name)
+    return f"{database_location(settings, db)}/{table}"
+
+
+def ensure_database(spark: SparkSession, settings: Settings, db: str) -> None:
+    if db not in LAYERS:
+        raise ValueError(f"{db!r} is not a lake layer ({', '.join(LAYERS)})")
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{database_location(settings, db)}'")
+
+
+def replace_partition(df: DataFrame, settings: Settings, name: str, predicate: str,
+                      partition_by: list[str] | None = None) -> None:
+    """Overwrite exactly the rows matching ``predicate`` (Delta ``replaceWhere``).
+
+    Re-running with the same input gives the same table: the write is idempotent.
+    The table is created (registered in the shared catalog, data at its
+    canonical location) on first write.
+    """
+    db, _ = split_table(name)
+    ensure_database(df.sparkSession, settings, db)
+    writer = (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+              .option("path", table_location(settings, name)))
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.saveAsTable(name)

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, SettingsError, defaults, env_name, load_settings
+from spark_jobs.stack.secrets import ensure_env_file
+
+
+def test_defaults_derive_endpoints_from_ports(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_PORT": "29092", "LAKE_MINIO_PORT": "29000"})
+    assert s.kafka_bootstrap == "127.0.0.1:29092"
+    assert s.s3_endpoint == "http://127.0.0.1:29000"
+    assert s.metastore_uri == "thrift://127.0.0.1:19083"
+    assert s.warehouse_uri == "s3a://lake/warehouse"
+    assert s.state_dir == tmp_path.resolve()
+
+
+def test_explicit_endpoint_wins_over_port(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_BOOTSTRAP": "k1:9092,k2:9092",
+                       "LAKE_SPARK_MASTER": "spark://m:7077"})
+    assert s.kafka_bootstrap == "k1:9092,k2:9092"
+    assert s.spark_master == "spark://m:7077"
+
+
+def test_env_file_in_state_dir_is_read_and_env_wins(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("# c\nLAKE_PG_PASSWORD='from-file'\nLAKE_S3_BUCKET=filebucket\n")
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_S3_BUCKET": "envbucket"})
+    assert s.pg_password == "from-file"
+    assert s.s3_bucket == "envbucket"
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("LAKE_PG_PORT", "abc", "LAKE_PG_PORT='abc' is not an integer"),
+        ("LAKE_KAFKA_PORT", "70000", "LAKE_KAFKA_PORT=70000 is not a TCP port"),
+        ("LAKE_SPARK_MASTER", "localhost", "is not a Spark master URL"),
+        ("LAKE_S3_ENDPOINT", "minio:9000", "must start with http:// or https://"),
+        ("LAKE_KAFKA_BOOTSTRAPS", "x", "unknown setting(s) LAKE_KAFKA_BOOTSTRAPS"),
+    ],
+)
+def test_bad_settings_name_the_problem(tmp_path: Path, var: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_settings({"LAKE_STATE_DIR": str(tmp_path), var: value})
+
+
+def test_malformed_env_file_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("LAKE_PG_PORT=1\nnot a pair\n")
+    with pytest.raises(SettingsError, match=r"\.env:2: expected KEY=VALUE"):
+        load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+
+
+def test_settings_are_frozen(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    with pytest.raises(AttributeError):
+        s.pg_port = 1  # type: ignore[misc]
+
+
+def test_redacted_masks_every_secret(tmp_path: Path) -> None:
+    ensure_env_file(tmp_path)
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    red = s.redacted()
+    for name in SECRET_NAMES:
+        assert getattr(s, name), name
+        assert red[name] == "***"
+        assert getattr(s, name) not in "\n".join(red.values())
+
+
+def test_generated_secrets_are_private_unique_and_stable(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    ensure_env_file(a)
+    ensure_env_file(b)
+    assert stat.S_IMODE(os.stat(a / ".env").st_mode) == 0o600
+    sa = load_settings({"LAKE_STATE_DIR": str(a)})
+    sb = load_settings({"LAKE_STATE_DIR": str(b)})
+    assert sa.pg_password != sb.pg_password
+    assert len(sa.pg_password) >= 24
+    before = (a / ".env").read_text()
+    ensure_env_file(a)
+    assert (a / ".env").read_text() == before
+    assert "minioadmin" not in before
+
+
+def test_env_example_lists_every_setting() -> None:
+    text = (REPO_ROOT / ".env.example").read_text()
+    listed = {line.split("=", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+    assert listed == {env_name(n) for n in defaults()}
+    for name in SECRET_NAMES:
+        assert f"{env_name(name)}=\n" in text, f"{name} must have no value in .env.example"

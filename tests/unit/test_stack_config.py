@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.jars import artifact_name, select_extra_jars
+from spark_jobs.settings import load_settings
+from spark_jobs.stack import supervisor
+from spark_jobs.stack.bootstrap import bucket_policy
+from spark_jobs.stack.services import Program, render_template, template_values
+from spark_jobs.stack.supervisor import StackError
+
+
+def test_render_template_substitutes_and_rejects_leftovers() -> None:
+    assert render_template("a=@@X@@ b=${file:p:k}", {"X": "1"}) == "a=1 b=${file:p:k}"
+    with pytest.raises(ValueError, match="unsubstituted placeholder near '@@Y@@"):
+        render_template("a=@@X@@ b=@@Y@@", {"X": "1"})
+
+
+def test_every_infra_template_renders(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    values = template_values(s)
+    conf = Path(__file__).resolve().parents[2] / "infra" / "conf"
+    files = [p for p in conf.rglob("*") if p.is_file()]
+    assert len(files) >= 5
+    for path in files:
+        rendered = render_template(path.read_text(), values)
+        assert "@@" not in rendered
+
+
+def test_artifact_name_strips_versions() -> None:
+    assert artifact_name("jackson-core-2.13.5.jar") == "jackson-core"
+    assert artifact_name("delta-spark_4.1_2.13-4.4.0.jar") == "delta-spark_4.1_2.13"
+    assert artifact_name("wildfly-openssl-2.1.4.Final.jar") == "wildfly-openssl"
+    assert artifact_name("spark-sql-kafka-0-10_2.13-4.1.3.jar") == "spark-sql-kafka-0-10_2.13"
+
+
+def test_pyspark_copy_of_a_jar_wins() -> None:
+    candidates = ["jackson-core-2.13.5.jar", "hadoop-aws-3.4.2.jar", "scala-library-2.13.17.jar", ".lake-stamp"]
+    assert select_extra_jars(candidates, {"jackson-core", "scala-library"}) == ["hadoop-aws-3.4.2.jar"]
+
+
+def test_bucket_policy_is_scoped_to_the_bucket() -> None:
+    policy = bucket_policy("lake")
+    resources = [r for st in policy["Statement"] for r in st["Resource"]]  # type: ignore[index,union-attr]
+    assert resources == ["arn:aws:s3:::lake", "arn:aws:s3:::lake/*"]
+    actions = {a for st in policy["Statement"] for a in st["Action"]}  # type: ignore[index,union-attr]
+    assert "s3:CreateBucket" not in actions and not any(a.startswith("admin:") for a in actions)
+
+
+def test_supervisor_config_escapes_percent_and_quotes(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    prog = Program(name="p", command=["/bin/echo", "a b", "100%"], env={"K": 'v%1"x'}, user="postgres")
+    text = "\n".join(supervisor._program_section(s, prog))
+    assert 'command=/bin/echo "a b" 100%%' in text
+    assert 'environment=K="v%%1\\"x"' in text
+    assert "user=postgres" in text
+    assert "stopasgroup=true" in text and "killasgroup=true" in text
+
+
+def test_too_long_socket_path_is_a_clear_error(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path / ("x" * 120))})
+    with pytest.raises(StackError, match="too long for a unix socket; set LAKE_STATE_DIR"):
+        supervisor.render(s, [])
+
+
+def test_stale_pid_file_is_removed(tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    s.run_dir.mkdir(parents=True)
+    supervisor.pid_path(s).write_text("999999\n")
+    supervisor.socket_path(s).write_text("")
+    assert supervisor.daemon_pid(s) is None
+    assert not supervisor.pid_path(s).exists()
+    assert not supervisor.socket_path(s).exists()
