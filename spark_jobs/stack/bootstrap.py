@@ -137,20 +137,14 @@ def configure_minio(settings: Settings) -> None:
     client = Minio(endpoint, credentials=root, secure=secure, region=settings.s3_region)
     if not client.bucket_exists(settings.s3_bucket):
         client.make_bucket(settings.s3_bucket)
-    admin = MinioAdmin(endpoint, credentials=root, secure=secure, region=settings.s3_region)
+    admin = MinioAdmin(endpoint=endpoint, credentials=root, secure=secure, region=settings.s3_region)
     policy_name = f"{settings.s3_bucket}-readwrite"
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(bucket_policy(settings.s3_bucket), fh)
-        policy_file = fh.name
-    try:
-        admin.policy_add(policy_name, policy_file)
-    finally:
-        os.unlink(policy_file)
+    admin.policy_add(policy_name, policy=bucket_policy(settings.s3_bucket))
     admin.user_add(settings.s3_access_key, settings.s3_secret_key)
     try:
-        admin.policy_set(policy_name, user=settings.s3_access_key)
-    except Exception as exc:  # noqa: BLE001 - already attached is fine
-        if "already" not in str(exc).lower():
+        admin.attach_policy([policy_name], user=settings.s3_access_key)
+    except Exception as exc:  # noqa: BLE001 - attaching an attached policy is refused; fine
+        if "already" not in str(exc).lower() and "XMinioAdminPolicyChangeAlreadyApplied" not in str(exc):
             raise
 
 

@@ -176,7 +176,9 @@ def up(only: list[str] | None = None) -> Settings:
             if ok:
                 print(f"  {service.name:<9} already running  {service.endpoint}", flush=True)
                 continue
+            _pre_probe(settings, service)
             _wait_healthy(settings, service)
+            _after_start(settings, service)
             continue
         _check_ports_free(settings, service)
         _prepare(settings, service)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -79,8 +80,16 @@ def render(settings: Settings, services: list[Service]) -> str:
 
 
 def _program_section(settings: Settings, prog: Program) -> list[str]:
-    command = " ".join(_shell_word(w) for w in prog.command)
-    env = ",".join(f"{k}={_quote(v)}" for k, v in sorted(prog.env.items()))
+    argv = prog.command
+    env = ""
+    if prog.user:
+        # Runs as another OS user, who cannot read our private env files.
+        env = ",".join(f"{k}={_quote(v)}" for k, v in sorted(prog.env.items()))
+    elif prog.env:
+        env_file = settings.conf_dir / "env" / f"{prog.name}.json"
+        write_private(env_file, json.dumps(prog.env, indent=1, sort_keys=True))
+        argv = [sys.executable, "-m", "spark_jobs.stack.launch", str(env_file), "--", *prog.command]
+    command = " ".join(_shell_word(w) for w in argv)
     section = [
         f"[program:{prog.name}]",
         f"command={command}",
