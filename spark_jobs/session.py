@@ -47,6 +47,10 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         # Delta on S3 without a DynamoDB log store: single writer per table (DESIGN.md).
         "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
     }
+    if settings.spark_master.startswith("local"):
+        # Keep a local driver on loopback like every other service of the stack.
+        conf["spark.driver.bindAddress"] = settings.host
+        conf["spark.driver.host"] = settings.host
     if with_jars:
         jars = [str(p) for p in spark_extra_jars(settings)]
         conf["spark.jars"] = ",".join(jars)

@@ -1,0 +1,37 @@
+"""Integration tests talk to the real local stack; it is started if not up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.settings import REPO_ROOT, Settings
+
+LAKE = str(Path(sys.executable).parent / "lake")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Settings]:
+    from spark_jobs.stack import manager
+
+    yield manager.up()
+
+
+def run_lake(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
+             check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([LAKE, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=REPO_ROOT, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"lake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc

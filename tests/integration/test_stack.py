@@ -1,0 +1,101 @@
+"""The stack's services are real, healthy, scoped and idempotent to start."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, Settings
+from spark_jobs.stack import health
+from tests.integration.conftest import run_lake
+
+SERVICES = {"postgres", "kafka", "connect", "minio", "metastore", "thrift", "airflow"}
+
+
+def test_status_json_reports_every_service_healthy_without_secrets(stack: Settings) -> None:
+    proc = run_lake("stack", "status", "--json")
+    report = json.loads(proc.stdout)
+    assert set(report["services"]) == SERVICES
+    for name, svc in report["services"].items():
+        assert set(svc) == {"healthy", "pid", "endpoint", "log"}, name
+        assert svc["healthy"] is True, name
+        assert isinstance(svc["pid"], int) and svc["pid"] > 0, name
+        assert Path(svc["log"]).exists(), name
+    for secret in SECRET_NAMES:
+        assert getattr(stack, secret) not in proc.stdout
+
+
+def test_second_up_is_a_noop(stack: Settings) -> None:
+    before = json.loads(run_lake("stack", "status", "--json").stdout)["services"]
+    proc = run_lake("stack", "up")
+    assert proc.stdout.count("already running") == len(SERVICES), proc.stdout
+    after = json.loads(run_lake("stack", "status", "--json").stdout)["services"]
+    assert {k: v["pid"] for k, v in before.items()} == {k: v["pid"] for k, v in after.items()}
+
+
+def test_kafka_round_trip_and_connect_has_debezium(stack: Settings) -> None:
+    assert health.kafka(stack) == (True, "produce/consume round trip ok")
+    plugins = health.http_json(f"{stack.connect_url}/connector-plugins")
+    assert health.DEBEZIUM_PG_CLASS in {p["class"] for p in plugins}
+
+
+def test_postgres_has_logical_wal_and_a_non_superuser_cdc_role(stack: Settings) -> None:
+    import psycopg2
+
+    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+        cur.execute("SHOW wal_level")
+        assert cur.fetchone() == ("logical",)
+        cur.execute("SELECT rolsuper, rolreplication, rolcanlogin FROM pg_roles WHERE rolname = %s",
+                    (stack.cdc_user,))
+        assert cur.fetchone() == (False, True, True)
+        cur.execute("SELECT datname FROM pg_database WHERE datname IN ('shop', 'airflow', 'metastore')")
+        assert {r[0] for r in cur.fetchall()} == {"shop", "airflow", "metastore"}
+
+
+def test_minio_lake_keys_are_scoped_to_the_bucket(stack: Settings) -> None:
+    from botocore.exceptions import ClientError
+
+    s3 = health.s3_client(stack)
+    key = f"tests/{uuid.uuid4().hex}"
+    s3.put_object(Bucket=stack.s3_bucket, Key=key, Body=b"x")
+    assert s3.get_object(Bucket=stack.s3_bucket, Key=key)["Body"].read() == b"x"
+    s3.delete_object(Bucket=stack.s3_bucket, Key=key)
+    with pytest.raises(ClientError, match="AccessDenied"):
+        s3.create_bucket(Bucket=f"other-{uuid.uuid4().hex[:8]}")
+    root = health.s3_client(stack, stack.minio_root_user, stack.minio_root_password)
+    assert stack.s3_bucket in {b["Name"] for b in root.list_buckets()["Buckets"]}
+    assert stack.minio_root_user != stack.s3_access_key
+
+
+def test_metastore_answers_thrift_calls(stack: Settings) -> None:
+    host, _, port = stack.metastore_uri.removeprefix("thrift://").partition(":")
+    assert "default" in health.metastore_databases(host, int(port))
+
+
+def test_no_secret_is_committed(stack: Settings) -> None:
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    text = "\n".join((REPO_ROOT / f).read_text(errors="replace") for f in tracked.stdout.split()
+                     if (REPO_ROOT / f).is_file())
+    for secret in SECRET_NAMES:
+        assert getattr(stack, secret) not in text, secret
+    assert "minioadmin" not in text.replace("no `minioadmin`", "")
+
+
+def test_port_taken_by_another_program_is_a_clear_error(stack: Settings, tmp_path: Path) -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        env = {"LAKE_STATE_DIR": str(tmp_path / "st"), "LAKE_PG_PORT": str(port)}
+        try:
+            proc = run_lake("stack", "up", "postgres", env=env, check=False, timeout=120)
+        finally:
+            run_lake("stack", "down", env=env, check=False, timeout=120)
+    assert proc.returncode == 2
+    assert f"port {port} on 127.0.0.1 is taken by pid" in proc.stderr
+    assert "set LAKE_PG_PORT to a free port" in proc.stderr
