@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Mapping
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _LOCAL_MASTER = re.compile(r"^local(\[(\d+|\*)(,\d+)?\])?$")
@@ -146,7 +146,8 @@ class Settings:
     def pg_dsn(self, database: str | None = None) -> str:
         """libpq DSN for the stack superuser (admin and metadata use only)."""
         db = database or "postgres"
-        return f"host={self.pg_host} port={self.pg_port} dbname={db} user={self.pg_superuser} password={self.pg_password}"
+        return (f"host={self.pg_host} port={self.pg_port} dbname={db} "
+                f"user={self.pg_superuser} password={self.pg_password}")
 
     def redacted(self) -> dict[str, str]:
         """All settings as strings with secrets masked, for ``lake`` diagnostics."""

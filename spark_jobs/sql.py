@@ -62,7 +62,7 @@ def _json_value(value: Any) -> Any:
 def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
     """Render a result: ``json`` is one object per line, ``csv`` has a header."""
     if fmt == "json":
-        return "".join(json.dumps(dict(zip(columns, map(_json_value, r))), ensure_ascii=False) + "\n" for r in rows)
+        return "".join(json.dumps(dict(zip(columns, map(_json_value, r), strict=True)), ensure_ascii=False) + "\n" for r in rows)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
@@ -75,10 +75,10 @@ def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str)
     cells = [[("NULL" if v is None else str(v)) for v in r] for r in rows]
     widths = [len(c) for c in columns]
     for r in cells:
-        widths = [max(w, len(v)) for w, v in zip(widths, r)]
+        widths = [max(w, len(v)) for w, v in zip(widths, r, strict=True)]
     sep = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    lines = [sep, "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |", sep]
-    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
+    lines = [sep, "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |", sep]
+    lines += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + " |" for r in cells]
     lines.append(sep)
     lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(lines) + "\n"

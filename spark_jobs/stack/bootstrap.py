@@ -8,11 +8,10 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-
 from pathlib import Path
 
 from spark_jobs.settings import Settings
-from spark_jobs.stack.services import java_bin, pg_bin, venv_bin, write_private
+from spark_jobs.stack.services import java_bin, pg_bin, pg_dirs, venv_bin, write_private
 from spark_jobs.stack.supervisor import StackError
 
 
@@ -56,9 +55,12 @@ def _check_traversable(path: Path, user: str) -> None:
 
 
 def init_postgres(settings: Settings) -> None:
-    data = settings.data_dir / "postgres"
     user = pg_os_user(settings)
-    sock = settings.run_dir / "postgres"
+    data, sock = pg_dirs(settings)
+    if data != settings.data_dir / "postgres":
+        print(f"  note: OS user {user} cannot reach {settings.state_dir}; PostgreSQL data goes to {data}", flush=True)
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.parent.chmod(0o755)
     sock.mkdir(parents=True, exist_ok=True)
     _chown(sock, user)
     if (data / "PG_VERSION").exists():
@@ -88,7 +90,7 @@ def configure_postgres(settings: Settings) -> None:
     conn = psycopg2.connect(settings.pg_dsn(), connect_timeout=5)
     conn.autocommit = True
     with conn.cursor() as cur:
-        cur.execute("ALTER ROLE {} PASSWORD %s".format(_ident(settings.pg_superuser)), (settings.pg_password,))
+        cur.execute(f"ALTER ROLE {_ident(settings.pg_superuser)} PASSWORD %s", (settings.pg_password,))
         cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (settings.cdc_user,))
         # Debezium's role: may log in and replicate, is not a superuser.
         verb = "ALTER" if cur.fetchone() else "CREATE"
@@ -129,7 +131,7 @@ def bucket_policy(bucket: str) -> dict[str, object]:
 
 def configure_minio(settings: Settings) -> None:
     from minio import Minio, MinioAdmin
-    from minio.credentials import StaticProvider
+    from minio.credentials.providers import StaticProvider
 
     endpoint = settings.s3_endpoint.split("://", 1)[1]
     secure = settings.s3_endpoint.startswith("https")
@@ -143,7 +145,7 @@ def configure_minio(settings: Settings) -> None:
     admin.user_add(settings.s3_access_key, settings.s3_secret_key)
     try:
         admin.attach_policy([policy_name], user=settings.s3_access_key)
-    except Exception as exc:  # noqa: BLE001 - attaching an attached policy is refused; fine
+    except Exception as exc:
         if "already" not in str(exc).lower() and "XMinioAdminPolicyChangeAlreadyApplied" not in str(exc):
             raise
 

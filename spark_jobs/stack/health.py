@@ -31,8 +31,10 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 def http_json(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> Any:
-    req = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback/settings URL
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"refusing to open non-HTTP URL {url!r}")
+    req = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - scheme checked above
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - scheme checked above
         return json.loads(resp.read().decode("utf-8"))
 
 
@@ -78,10 +80,11 @@ def kafka(settings: Settings, timeout: float = 20.0) -> Probe:
                 got = consumer.poll(1.0)
                 if got is None:
                     continue
-                if got.error():
-                    if got.error().code() == KafkaError._PARTITION_EOF:
+                error = got.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         continue
-                    return False, f"consume failed: {got.error()}"
+                    return False, f"consume failed: {error}"
                 if got.value() == token:
                     return True, "produce/consume round trip ok"
             return False, "produced message not read back"

@@ -143,7 +143,7 @@ def _pre_probe(settings: Settings, service: Service) -> None:
             try:
                 bootstrap.configure_minio(settings)
                 return
-            except Exception as exc:  # noqa: BLE001 - MinIO may still be starting
+            except Exception as exc:
                 if time.monotonic() > deadline:
                     raise StackError(
                         f"minio: could not create bucket/user at {settings.s3_endpoint}: {exc}\n"
@@ -172,7 +172,7 @@ def up(only: list[str] | None = None) -> Settings:
     supervisor.start_daemon(settings, services(settings))
     for service in all_services:
         if _running(settings, service):
-            ok, detail = service.probe(settings)
+            ok, _ = service.probe(settings)
             if ok:
                 print(f"  {service.name:<9} already running  {service.endpoint}", flush=True)
                 continue

@@ -8,6 +8,8 @@ container image or a cluster: only the substituted values differ.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -93,6 +95,45 @@ def pg_bin(name: str) -> str:
     )
 
 
+def pg_dirs(settings: Settings) -> tuple[Path, Path]:
+    """PostgreSQL's data and socket folders.
+
+    Normally inside the state dir. When we are root, PostgreSQL runs as an
+    unprivileged OS user (it refuses root); if that user cannot traverse the
+    path to the state dir (a checkout under a 0700 folder), the cluster lives in
+    ``/var/lib/lakestream/postgres/<hash of the state dir>`` instead, and we say so.
+    """
+    default = (settings.data_dir / "postgres", settings.run_dir / "postgres")
+    if os.geteuid() != 0 or _traversable(settings.state_dir, settings.pg_os_user):
+        return default
+    digest = hashlib.sha256(str(settings.state_dir).encode()).hexdigest()[:12]
+    base = Path("/var/lib/lakestream/postgres") / digest
+    return base / "data", base / "run"
+
+
+@functools.cache
+def _traversable(path: Path, user: str) -> bool:
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return True  # created later with default permissions; checked again at initdb
+    for parent in [path, *path.parents]:
+        if not parent.exists():
+            continue
+        st = parent.stat()
+        if st.st_uid == pw.pw_uid:
+            ok = bool(st.st_mode & 0o100)
+        elif st.st_gid == pw.pw_gid:
+            ok = bool(st.st_mode & 0o010)
+        else:
+            ok = bool(st.st_mode & 0o001)
+        if not ok:
+            return False
+    return True
+
+
 def venv_bin() -> Path:
     return Path(sys.executable).parent
 
@@ -161,14 +202,15 @@ def services(settings: Settings) -> list[Service]:
     host = settings.host
     log4j = f"-Dlog4j2.configurationFile={conf / 'log4j2' / 'kafka.yaml'}"
     pg_user = settings.pg_os_user if os.geteuid() == 0 else None
+    pg_data, pg_sock = pg_dirs(settings)
 
     postgres = Service(
         name="postgres",
         programs=(Program(
             name="postgres",
-            command=[pg_bin("postgres"), "-D", str(data / "postgres"), "-p", str(settings.pg_port),
+            command=[pg_bin("postgres"), "-D", str(pg_data), "-p", str(settings.pg_port),
                      "-c", f"listen_addresses={host}",
-                     "-c", f"unix_socket_directories={settings.run_dir / 'postgres'}",
+                     "-c", f"unix_socket_directories={pg_sock}",
                      "-c", "wal_level=logical", "-c", "max_wal_senders=10", "-c", "max_replication_slots=10",
                      # An abandoned replication slot must not fill the disk.
                      "-c", "max_slot_wal_keep_size=4GB",
@@ -303,7 +345,7 @@ def template_values(settings: Settings) -> dict[str, str]:
     return {
         "HOST": settings.host,
         "PG_PORT": str(settings.pg_port),
-        "PG_SOCKET_DIR": str(settings.run_dir / "postgres"),
+        "PG_SOCKET_DIR": str(pg_dirs(settings)[1]),
         "PG_HOST": settings.pg_host,
         "PG_USER": settings.pg_superuser,
         "PG_PASSWORD": settings.pg_password,

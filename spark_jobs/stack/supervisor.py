@@ -112,7 +112,7 @@ def _program_section(settings: Settings, prog: Program) -> list[str]:
         section.append(f"environment={env}")
     if prog.user:
         section.append(f"user={prog.user}")
-    return section + [""]
+    return [*section, ""]
 
 
 def _shell_word(word: str) -> str:
@@ -190,7 +190,8 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
     cmd = [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf_path(settings))]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise StackError(f"supervisord failed to start ({' '.join(cmd)}): {proc.stderr.strip() or proc.stdout.strip()}")
+        detail = proc.stderr.strip() or proc.stdout.strip()
+        raise StackError(f"supervisord failed to start ({' '.join(cmd)}): {detail}")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:

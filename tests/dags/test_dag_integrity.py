@@ -27,7 +27,7 @@ def dagbag(tmp_path_factory: pytest.TempPathFactory) -> Any:
     def refuse(self: socket.socket, address: Any) -> None:
         raise AssertionError(f"DAG parsing opened a network connection to {address}")
 
-    socket.socket.connect = refuse  # type: ignore[method-assign]
+    socket.socket.connect = refuse  # type: ignore[method-assign,assignment]
     try:
         return DagBag(dag_folder=str(DAGS_DIR))
     finally:

@@ -33,5 +33,6 @@ def run_lake(*args: str, env: dict[str, str] | None = None, timeout: float = 600
     proc = subprocess.run([LAKE, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, cwd=REPO_ROOT, check=False)
     if check and proc.returncode != 0:
-        raise AssertionError(f"lake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"lake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

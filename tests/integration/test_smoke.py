@@ -67,7 +67,7 @@ def _api(stack: Settings, method: str, path: str, token: str | None, body: dict[
                                  data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Content-Type": "application/json",
                                           **({"Authorization": f"Bearer {token}"} if token else {})})
-    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310
+    with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read() or b"null")
 
 

@@ -36,5 +36,5 @@ def test_table_locations_derive_from_names(tmp_path) -> None:
     assert table_location(s, "ops.smoke") == "s3a://b/warehouse/ops/smoke"
     with pytest.raises(ValueError, match="not a lake layer"):
         split_table("misc.t")
-    with pytest.raises(ValueError, match="must be <database>.<table>"):
+    with pytest.raises(ValueError, match=r"must be <database>\.<table>"):
         split_table("Ops.Smoke")
