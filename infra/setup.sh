@@ -16,7 +16,8 @@ MVN=(mvn -B -s "$REPO/infra/jvm/settings.xml")
 
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
-sha() { sha256sum "$@" | sha256sum | cut -c1-16; }
+# Content hash only (not the path), so every clone shares the same caches.
+sha() { cat "$@" | sha256sum | cut -c1-16; }
 SECONDS=0
 
 step "checking tools"

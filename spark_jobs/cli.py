@@ -25,6 +25,13 @@ def _build_parser() -> argparse.ArgumentParser:
     lg.add_argument("service")
     lg.add_argument("-n", "--lines", type=int, default=100)
 
+    conn = sub.add_parser("connectors", help="Kafka Connect connectors from connectors/*.json")
+    csub = conn.add_subparsers(dest="action", required=True)
+    ap = csub.add_parser("apply", help="register or update every connector (idempotent) and wait until running")
+    ap.add_argument("--timeout", type=float, default=120)
+    cst = csub.add_parser("status", help="state of each connector and its replication slot lag")
+    cst.add_argument("--json", action="store_true")
+
     sql = sub.add_parser("sql", help="run Spark SQL against the shared catalog")
     sql.add_argument("-e", "--execute", help="statements to run (';'-separated); omit for a shell")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -39,11 +46,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    from spark_jobs.connectors import ConnectorError
     from spark_jobs.stack.supervisor import StackError
 
     try:
         return _dispatch(args)
-    except (StackError, SettingsError, FileNotFoundError) as exc:
+    except (StackError, SettingsError, FileNotFoundError, ConnectorError) as exc:
         print(f"lake: {exc}", file=sys.stderr)
         return 2
 
@@ -73,6 +81,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.action == "logs":
             print(manager.logs(args.service, args.lines))
             return 0
+    if args.command == "connectors":
+        from spark_jobs import connectors
+        from spark_jobs.settings import load_settings
+
+        settings = load_settings()
+        if args.action == "apply":
+            connectors.apply(settings, timeout=args.timeout)
+            return 0
+        rows_ = connectors.status_report(settings)
+        if args.json:
+            print(json.dumps(rows_, indent=2))
+        else:
+            for row in rows_:
+                print(f"{row['name']:<20} {row['state']:<10} tasks={','.join(row['tasks']) or '-'} "
+                      f"slot_lag_bytes={row['slot_lag_bytes']}")
+        return 0 if all(r["state"] == "RUNNING" for r in rows_) else 1
     if args.command == "sql":
         from spark_jobs import sql
 

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from spark_jobs.settings import Settings
+from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack.services import java_bin, pg_bin, pg_dirs, venv_bin, write_private
 from spark_jobs.stack.supervisor import StackError
 
@@ -103,6 +103,39 @@ def configure_postgres(settings: Settings) -> None:
         cur.execute(sql.SQL("GRANT CONNECT, CREATE ON DATABASE {} TO {}").format(
             sql.Identifier(settings.pg_shop_db), sql.Identifier(settings.cdc_user)))
     conn.close()
+
+
+SHOP_MIGRATIONS = REPO_ROOT / "infra" / "postgres" / "shop"
+
+
+def migrate_shop(settings: Settings) -> list[str]:
+    """Apply ``infra/postgres/shop/V*.sql`` not applied yet, each in one transaction."""
+    import psycopg2
+
+    applied_now: list[str] = []
+    conn = psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE IF NOT EXISTS public.lake_schema_migrations ("
+                        "version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+            cur.execute("SELECT version FROM public.lake_schema_migrations")
+            done = {r[0] for r in cur.fetchall()}
+        for path in sorted(SHOP_MIGRATIONS.glob("V*.sql")):
+            version = path.name.split("__", 1)[0]
+            if version in done:
+                continue
+            text = path.read_text(encoding="utf-8").replace("@@CDC_USER@@", _ident(settings.cdc_user))
+            try:
+                with conn, conn.cursor() as cur:
+                    cur.execute(text)
+                    cur.execute("INSERT INTO public.lake_schema_migrations (version) VALUES (%s)", (version,))
+            except psycopg2.Error as exc:
+                raise StackError(f"shop migration {path} failed: {exc}".strip()) from exc
+            print(f"  applied shop migration {path.name}", flush=True)
+            applied_now.append(version)
+    finally:
+        conn.close()
+    return applied_now
 
 
 def _ident(name: str) -> str:

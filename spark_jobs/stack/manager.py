@@ -133,6 +133,7 @@ def _prepare(settings: Settings, service: Service) -> None:
 def _after_start(settings: Settings, service: Service) -> None:
     if service.name == "postgres":
         bootstrap.configure_postgres(settings)
+        bootstrap.migrate_shop(settings)
 
 
 def _pre_probe(settings: Settings, service: Service) -> None:
@@ -175,6 +176,7 @@ def up(only: list[str] | None = None) -> Settings:
             ok, _ = service.probe(settings)
             if ok:
                 print(f"  {service.name:<9} already running  {service.endpoint}", flush=True)
+                _after_start(settings, service)  # idempotent: role passwords, new migrations
                 continue
             _pre_probe(settings, service)
             _wait_healthy(settings, service)

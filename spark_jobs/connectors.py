@@ -1,0 +1,135 @@
+"""``lake connectors apply|status``: Kafka Connect connectors from ``connectors/*.json``.
+
+Each file holds ``{"name": ..., "config": {...}}``. ``@@NAME@@`` placeholders
+are filled from settings (hosts, ports, the secrets folder); credentials stay
+``${file:...}`` references that Connect's FileConfigProvider resolves inside
+the worker, so neither the files nor ``GET /connectors/<name>`` show a password.
+``apply`` PUTs each config (create or update, idempotent) and waits until the
+connector and all its tasks run, printing a failed task's trace otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.stack.services import render_template, template_values
+
+CONNECTORS_DIR = REPO_ROOT / "connectors"
+_SECRET_WORDS = ("password", "secret", "credential")
+
+
+class ConnectorError(RuntimeError):
+    """A connector could not be registered or does not run; the message says why."""
+
+
+def load_connector(path: Path, settings: Settings) -> tuple[str, dict[str, str]]:
+    values = {**template_values(settings), "PG_SHOP_DB": settings.pg_shop_db}
+    try:
+        doc = json.loads(render_template(path.read_text(encoding="utf-8"), values))
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise ConnectorError(f"{path}: {exc}") from exc
+    if set(doc) != {"name", "config"} or not isinstance(doc["config"], dict):
+        raise ConnectorError(f"{path}: expected an object with exactly 'name' and 'config'")
+    config = {str(k): str(v) for k, v in doc["config"].items()}
+    for key, value in config.items():
+        if any(w in key.lower() for w in _SECRET_WORDS) and not value.startswith("${"):
+            raise ConnectorError(
+                f"{path}: {key} holds a literal value; reference a secret with ${{file:<secrets>/x.properties:key}}")
+    return str(doc["name"]), config
+
+
+def _request(settings: Settings, method: str, path: str, body: Any = None) -> Any:
+    url = f"{settings.connect_url}{path}"
+    if not url.startswith(("http://", "https://")):
+        raise ConnectorError(f"LAKE_CONNECT_URL must be http(s), got {settings.connect_url}")
+    req = urllib.request.Request(  # noqa: S310 - scheme checked above
+        url, method=method, data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - scheme checked above
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:2000]
+        raise ConnectorError(f"Connect {method} {path} -> HTTP {exc.code}: {detail}") from exc
+    except OSError as exc:
+        raise ConnectorError(f"Kafka Connect at {settings.connect_url} is not reachable ({exc}); "
+                             "is the stack up? (lake stack up)") from exc
+    return json.loads(raw) if raw else None
+
+
+def connector_status(settings: Settings, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = _request(settings, "GET", f"/connectors/{name}/status")
+    return result
+
+
+def _failures(status: dict[str, Any]) -> list[str]:
+    out = []
+    if status["connector"]["state"] == "FAILED":
+        out.append(f"connector: {status['connector'].get('trace', '')}")
+    for task in status.get("tasks", []):
+        if task["state"] == "FAILED":
+            out.append(f"task {task['id']}: {task.get('trace', '')}")
+    return out
+
+
+def apply(settings: Settings, timeout: float = 120) -> list[str]:
+    """Register or update every connector, then wait until all run."""
+    names = []
+    files = sorted(CONNECTORS_DIR.glob("*.json"))
+    if not files:
+        raise ConnectorError(f"no connector configs in {CONNECTORS_DIR}")
+    for path in files:
+        name, config = load_connector(path, settings)
+        _request(settings, "PUT", f"/connectors/{name}/config", config)
+        print(f"applied {name} from {path.relative_to(REPO_ROOT)}", flush=True)
+        names.append(name)
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            try:
+                status = connector_status(settings, name)
+            except ConnectorError:
+                status = {"connector": {"state": "UNASSIGNED"}, "tasks": []}
+            failed = _failures(status)
+            if failed:
+                raise ConnectorError(f"connector {name} failed:\n" + "\n".join(f[:4000] for f in failed))
+            tasks = status.get("tasks", [])
+            if status["connector"]["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks):
+                print(f"  {name}: RUNNING ({len(tasks)} task(s))", flush=True)
+                break
+            if time.monotonic() > deadline:
+                raise ConnectorError(f"connector {name} not RUNNING after {timeout:.0f}s: {json.dumps(status)[:1000]}")
+            time.sleep(1)
+    return names
+
+
+def status_report(settings: Settings) -> list[dict[str, Any]]:
+    """State of every registered connector and, for Debezium PG, its slot's lag."""
+    report = []
+    for name in _request(settings, "GET", "/connectors") or []:
+        st = connector_status(settings, name)
+        report.append({"name": name, "state": st["connector"]["state"],
+                       "tasks": [t["state"] for t in st.get("tasks", [])],
+                       "slot_lag_bytes": _slot_lag(settings)})
+    return report
+
+
+def _slot_lag(settings: Settings) -> int | None:
+    """Bytes of WAL the replication slot has not confirmed yet (source lag)."""
+    import psycopg2
+
+    try:
+        with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=3) as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                        "FROM pg_replication_slots WHERE slot_name = 'lakestream_shop'")
+            row = cur.fetchone()
+        conn.close()
+        return int(row[0]) if row and row[0] is not None else None
+    except psycopg2.Error:
+        return None
