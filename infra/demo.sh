@@ -6,7 +6,7 @@ LAKE="$REPO/.venv/bin/lake"
 run_id="demo_$(date -u +%Y%m%dT%H%M%S)"
 
 echo "==> running the smoke job (Spark -> Delta on MinIO -> Hive metastore), run_id=$run_id"
-"$LAKE" job smoke --run-id "$run_id" --rows 10 2> >(grep -E "ERROR|Exception" >&2 || true)
+"$LAKE" job smoke --run-id "$run_id" --rows 10
 
 echo "==> reading it back from another Spark process through the shared catalog"
 "$LAKE" sql -e "SELECT run_id, count(*) AS rows, sum(square) AS sum_of_squares FROM ops.smoke GROUP BY run_id ORDER BY run_id" 2>/dev/null

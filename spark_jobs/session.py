@@ -8,6 +8,7 @@ the Thrift server and beeline see exactly the same catalog, lake and jars.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from spark_jobs.jars import spark_extra_jars
@@ -66,6 +67,12 @@ def build_session(settings: Settings, app_name: str, extra: dict[str, str] | Non
     """Build (or get) the SparkSession for ``app_name`` with the lake's configuration."""
     from pyspark.sql import SparkSession
 
+    conf_dir = settings.conf_dir / "spark"
+    if "SPARK_CONF_DIR" not in os.environ and conf_dir.is_dir():
+        # Same defaults and log configuration as spark-submit under the stack.
+        os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**spark_conf(settings), **(extra or {})}.items():
         builder = builder.config(key, value)

@@ -153,6 +153,7 @@ def base_env(settings: Settings) -> dict[str, str]:
         "SPARK_CONF_DIR": str(spark_conf_dir(settings)),
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": str(REPO_ROOT),
+        "SPARK_LOCAL_IP": settings.host,
     }
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]

@@ -1,0 +1,62 @@
+"""Debezium captures the shop database: connector registered idempotently, secrets never shown."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from spark_jobs.connectors import apply, connector_status
+from spark_jobs.settings import Settings
+from spark_jobs.stack import health
+from tests.integration.conftest import run_lake
+
+
+def _read_topic(stack: Settings, topic: str, want: int, timeout: float = 90) -> list[dict[str, Any]]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "group.id": f"it-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < want and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            value = None if msg is None or msg.error() else msg.value()
+            if value is None:
+                continue
+            out.append(json.loads(value)["payload"])
+    finally:
+        consumer.close()
+    return out
+
+
+def test_apply_registers_shop_connector_and_snapshot_arrives(stack: Settings) -> None:
+    assert apply(stack) == ["shop-postgres"]
+    # Idempotent: applying again changes nothing and still runs.
+    run_lake("connectors", "apply")
+    status = connector_status(stack, "shop-postgres")
+    assert status["connector"]["state"] == "RUNNING"
+    assert [t["state"] for t in status["tasks"]] == ["RUNNING"]
+
+    events = _read_topic(stack, "shop.public.customers", want=3)
+    by_id = {e["after"]["customer_id"]: e for e in events if e["after"]}
+    assert {1, 2, 3} <= set(by_id)
+    assert by_id[1]["after"]["full_name"] == "Ana Müller"
+    assert by_id[3]["after"]["full_name"] == "佐藤 由紀"
+    assert by_id[1]["source"]["snapshot"] in {"true", "first", "first_in_data_collection", "last", "last_in_data_collection"}
+    products = {e["after"]["product_id"]: e["after"] for e in _read_topic(stack, "shop.public.products", want=3)}
+    assert products[10]["price"] == "18.90"  # decimal.handling.mode=string keeps money exact
+
+
+def test_connector_config_never_shows_the_password(stack: Settings) -> None:
+    apply(stack)
+    for path in ("/connectors/shop-postgres", "/connectors/shop-postgres/config"):
+        body = json.dumps(health.http_json(f"{stack.connect_url}{path}"))
+        assert stack.cdc_password not in body
+        assert "${file:" in body
+    status = run_lake("connectors", "status", "--json")
+    rows = json.loads(status.stdout)
+    assert rows[0]["name"] == "shop-postgres" and rows[0]["state"] == "RUNNING"
+    assert isinstance(rows[0]["slot_lag_bytes"], int)
