@@ -32,6 +32,16 @@ def _build_parser() -> argparse.ArgumentParser:
     cst = csub.add_parser("status", help="state of each connector and its replication slot lag")
     cst.add_argument("--json", action="store_true")
 
+    stream = sub.add_parser("stream", help="the streaming app (Kafka -> bronze -> silver)")
+    stsub = stream.add_subparsers(dest="action", required=True)
+    stsub.add_parser("run", help="run in the foreground")
+    stsub.add_parser("start", help="start under the stack's supervisor")
+    stsub.add_parser("stop", help="stop it (after the current batch)")
+    sst = stsub.add_parser("status", help="per table: last batch, Kafka lag, age of newest applied change")
+    sst.add_argument("--json", action="store_true")
+    sw = stsub.add_parser("wait", help="return once every committed source change is applied")
+    sw.add_argument("--timeout", type=float, default=300)
+
     sql = sub.add_parser("sql", help="run Spark SQL against the shared catalog")
     sql.add_argument("-e", "--execute", help="statements to run (';'-separated); omit for a shell")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -97,6 +107,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                 print(f"{row['name']:<20} {row['state']:<10} tasks={','.join(row['tasks']) or '-'} "
                       f"slot_lag_bytes={row['slot_lag_bytes']}")
         return 0 if all(r["state"] == "RUNNING" for r in rows_) else 1
+    if args.command == "stream":
+        return _stream(args)
     if args.command == "sql":
         from spark_jobs import sql
 
@@ -112,6 +124,35 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{key} = {value}")
         return 0
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from spark_jobs import stream_control
+    from spark_jobs.settings import load_settings
+
+    settings = load_settings()
+    if args.action == "run":
+        from spark_jobs import stream
+
+        return stream.run(settings)
+    if args.action == "start":
+        stream_control.start(settings)
+        return 0
+    if args.action == "stop":
+        stream_control.stop(settings)
+        return 0
+    if args.action == "wait":
+        return 0 if stream_control.wait(settings, args.timeout) else 1
+    rep = stream_control.report(settings)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print(f"stream {'RUNNING' if rep['running'] else 'STOPPED'} pid={rep['pid']} last_batch={rep['last_batch']} "
+              f"committed_at={rep['committed_at']}")
+        for name, t in rep["tables"].items():
+            print(f"  {name:<22} batch={t['last_batch']} lag={t['kafka_lag']} applied={t['changes_applied']} "
+                  f"newest_age_s={t['newest_change_age_s']}")
+    return 0 if rep["running"] else 1
 
 
 def _print_welcome(settings: object) -> None:

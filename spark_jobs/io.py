@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 
 LAYERS = ("bronze", "silver", "hot", "gold", "quarantine", "ops")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_TABLE = re.compile(r"^[a-z][a-z0-9_]*(__[a-z0-9_]+)*$")
 
 
 def split_table(name: str) -> tuple[str, str]:
     """``"ops.smoke"`` -> ``("ops", "smoke")``, validating both parts."""
     db, sep, table = name.partition(".")
-    if not sep or not _NAME.match(db) or not _NAME.match(table):
+    if not sep or not _NAME.match(db) or not _TABLE.match(table):
         raise ValueError(f"table name {name!r} must be <database>.<table> in lower_snake_case")
     if db not in LAYERS:
         raise ValueError(f"database {db!r} of table {name!r} is not a lake layer ({', '.join(LAYERS)})")
@@ -35,6 +36,13 @@ def database_location(settings: Settings, db: str) -> str:
 def table_location(settings: Settings, name: str) -> str:
     db, table = split_table(name)
     return f"{database_location(settings, db)}/{table}"
+
+
+def checkpoint_location(settings: Settings, query: str) -> str:
+    """Where a streaming query keeps its checkpoint (next to the warehouse, on the same store)."""
+    if not _NAME.match(query):
+        raise ValueError(f"query name {query!r} must be lower_snake_case")
+    return f"s3a://{settings.s3_bucket}/checkpoints/{query}"
 
 
 def ensure_database(spark: SparkSession, settings: Settings, db: str) -> None:

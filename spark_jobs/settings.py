@@ -107,6 +107,12 @@ class Settings:
     thrift_port: int
     thrift_driver_memory: str
 
+    # Streaming app
+    stream_max_offsets_per_trigger: int
+    stream_trigger_seconds: int
+    stream_maintenance_minutes: int
+    stream_driver_memory: str
+
     # Airflow
     airflow_port: int
     airflow_url: str
@@ -198,6 +204,10 @@ _DEFAULTS: dict[str, str] = {
     "metastore_heap": "512m",
     "thrift_port": "10000",
     "thrift_driver_memory": "1g",
+    "stream_max_offsets_per_trigger": "100000",
+    "stream_trigger_seconds": "2",
+    "stream_maintenance_minutes": "60",
+    "stream_driver_memory": "2g",
     "airflow_port": "18080",
     "airflow_url": "http://{host}:{airflow_port}",
     "airflow_admin_user": "admin",
@@ -279,5 +289,7 @@ def _validate(s: Settings) -> None:
         )
     if not s.s3_endpoint.startswith(("http://", "https://")):
         raise SettingsError(f"LAKE_S3_ENDPOINT={s.s3_endpoint!r} must start with http:// or https://")
+    if s.stream_max_offsets_per_trigger < 1 or s.stream_trigger_seconds < 0:
+        raise SettingsError("LAKE_STREAM_MAX_OFFSETS_PER_TRIGGER must be >= 1 and LAKE_STREAM_TRIGGER_SECONDS >= 0")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.settings import Settings
-from spark_jobs.stack.services import Program, Service, write_private
+from spark_jobs.stack.services import Program, Service, stream_program, write_private
 
 # sockaddr_un.sun_path is 108 bytes on Linux.
 _MAX_SOCKET_PATH = 100
@@ -76,6 +76,8 @@ def render(settings: Settings, services: list[Service]) -> str:
     for service in services:
         for prog in service.programs:
             lines += _program_section(settings, prog)
+    if services:
+        lines += _program_section(settings, stream_program(settings))
     return "\n".join(lines) + "\n"
 
 
@@ -183,8 +185,7 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
         d.mkdir(parents=True, exist_ok=True)
     write_private(conf_path(settings), render(settings, services))
     if daemon_pid(settings) is not None:
-        # Pick up changed program definitions without touching running ones.
-        rpc(settings).reloadConfig()
+        _apply_config_changes(settings)
         return
     socket_path(settings).unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf_path(settings))]
@@ -201,6 +202,24 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
             pass
         time.sleep(0.2)
     raise StackError(f"supervisord did not come up; see {settings.log_dir / 'supervisord.log'}")
+
+
+def _apply_config_changes(settings: Settings) -> None:
+    """Pick up added/changed program definitions without touching running programs."""
+    api = rpc(settings)
+    added, changed, removed = api.reloadConfig()[0]
+    for name in added:
+        api.addProcessGroup(name)
+    for name in removed:
+        api.stopProcessGroup(name)
+        api.removeProcessGroup(name)
+    for name in changed:
+        info = program_info(settings, name)
+        if info and info.get("statename") in {"RUNNING", "STARTING"}:
+            print(f"  note: {name}'s configuration changed; `lake stack down && lake stack up` applies it", flush=True)
+            continue
+        api.removeProcessGroup(name)
+        api.addProcessGroup(name)
 
 
 def program_info(settings: Settings, name: str) -> dict[str, Any] | None:

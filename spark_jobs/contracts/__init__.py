@@ -1,0 +1,1 @@
+"""Per-table contracts: keys, ordering, schema, names. Validated at import."""

@@ -1,0 +1,130 @@
+"""``lake stream start|stop|status|wait``: control and observe the streaming app."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from spark_jobs.contracts.shop import CDC_TABLES
+from spark_jobs.settings import Settings
+from spark_jobs.stack import supervisor
+from spark_jobs.stack.supervisor import StackError
+from spark_jobs.stream import status_path
+
+PROGRAM = "stream"
+
+
+def start(settings: Settings) -> None:
+    if supervisor.daemon_pid(settings) is None:
+        raise StackError("the stack is not running; start it with `lake stack up`")
+    supervisor.start_program(settings, PROGRAM)
+    info = supervisor.program_info(settings, PROGRAM) or {}
+    print(f"lake stream: {info.get('statename', '?')} (pid {info.get('pid')}); log {supervisor.log_path(settings, PROGRAM)}")
+
+
+def stop(settings: Settings) -> None:
+    if supervisor.daemon_pid(settings) is not None:
+        supervisor.stop_program(settings, PROGRAM)
+    print("lake stream: stopped")
+
+
+def kafka_end_offsets(settings: Settings) -> dict[str, int]:
+    """High watermark per ``topic:partition`` for every CDC topic that exists."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "_lake_stream_status",
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(timeout=10)
+        out: dict[str, int] = {}
+        for topic in CDC_TABLES:
+            if topic not in meta.topics:
+                continue
+            for pid in meta.topics[topic].partitions:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=10)
+                out[f"{topic}:{pid}"] = int(high)
+        return out
+    finally:
+        consumer.close()
+
+
+def report(settings: Settings) -> dict[str, Any]:
+    """Per table: last committed batch, Kafka lag, age of the newest applied change."""
+    progress: dict[str, Any] = {}
+    if status_path(settings).exists():
+        progress = json.loads(status_path(settings).read_text())
+    ends = kafka_end_offsets(settings)
+    done = progress.get("offsets", {})
+    info = supervisor.program_info(settings, PROGRAM) if supervisor.daemon_pid(settings) else None
+    now = datetime.now(UTC)
+    tables = {}
+    for topic, contract in CDC_TABLES.items():
+        lag = sum(max(0, high - (int(done.get(tp, -1)) + 1)) for tp, high in ends.items() if tp.startswith(topic + ":"))
+        t = progress.get("tables", {}).get(contract.silver, {})
+        newest = t.get("newest_change")
+        tables[contract.silver] = {
+            "topic": topic,
+            "last_batch": t.get("last_batch"),
+            "kafka_lag": lag,
+            "changes_applied": t.get("changes_applied", 0),
+            "newest_change": newest,
+            "newest_change_age_s": round((now - datetime.fromisoformat(newest)).total_seconds(), 1) if newest else None,
+        }
+    return {
+        "running": bool(info and info.get("statename") == "RUNNING"),
+        "pid": (info or {}).get("pid") or None,
+        "last_batch": progress.get("batch_id"),
+        "committed_at": progress.get("committed_at"),
+        "tables": tables,
+    }
+
+
+def _slot_confirmed(settings: Settings) -> tuple[int, int] | None:
+    import psycopg2
+
+    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, confirmed_flush_lsn - '0/0'::pg_lsn "
+                    "FROM pg_replication_slots WHERE slot_name = 'lakestream_shop'")
+        row = cur.fetchone()
+    conn.close()
+    return (int(row[0]), int(row[1])) if row and row[1] is not None else None
+
+
+def wait(settings: Settings, timeout: float) -> bool:
+    """Block until every change committed in PostgreSQL before the call is in silver.
+
+    1. Debezium has confirmed the replication slot past the WAL position of the call;
+    2. the streaming app has processed every Kafka offset that existed after step 1.
+    """
+    deadline = time.monotonic() + timeout
+    start = _slot_confirmed(settings)
+    if start is not None:
+        target_lsn = start[0]
+        while True:
+            now = _slot_confirmed(settings)
+            if now and now[1] >= target_lsn:
+                break
+            if time.monotonic() > deadline:
+                print(f"lake stream wait: Debezium has not confirmed WAL up to {target_lsn} (slot at "
+                      f"{now[1] if now else '?'}); is the connector running? (lake connectors status)")
+                return False
+            time.sleep(1)
+    ends = kafka_end_offsets(settings)
+    last_report = time.monotonic()
+    while True:
+        progress = json.loads(status_path(settings).read_text()) if status_path(settings).exists() else {}
+        done = progress.get("offsets", {})
+        behind = {tp: high - (int(done.get(tp, -1)) + 1) for tp, high in ends.items()
+                  if high - (int(done.get(tp, -1)) + 1) > 0}
+        if not behind:
+            return True
+        if time.monotonic() > deadline:
+            print(f"lake stream wait: timed out with lag {behind}; see `lake stream status` and "
+                  f"{supervisor.log_path(settings, PROGRAM)}")
+            return False
+        if time.monotonic() - last_report > 10:
+            print(f"lake stream wait: {sum(behind.values())} record(s) to go", flush=True)
+            last_report = time.monotonic()
+        time.sleep(0.5)
