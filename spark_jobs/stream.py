@@ -31,6 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,7 @@ class CdcApp:
         self.spark = spark
         self.settings = settings
         self.last_maintenance = time.monotonic()
+        self.timings: dict[str, float] = {}
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         if status_path(settings).exists():
             try:
@@ -186,22 +188,15 @@ class CdcApp:
         app_id = self._query_id()
         batch = batch.persist()
         try:
-            topics = [r.topic for r in batch.select("topic").distinct().collect()]
+            topics = sorted(r.topic for r in batch.select("topic").distinct().collect())
+            # Tables are independent (one writer each): apply them concurrently so
+            # Delta commits and S3 round trips of one overlap the compute of another.
+            with ThreadPoolExecutor(max_workers=max(1, min(4, len(topics)))) as pool:
+                results = list(pool.map(lambda t: self._topic(batch, batch_id, app_id, t), topics))
             rejects_all: DataFrame | None = None
-            for topic in sorted(topics):
-                part = bronze_columns(batch.where(F.col("topic") == topic)).persist()
-                contract = CDC_TABLES.get(topic)
-                bronze_name = contract.bronze if contract else None
-                if bronze_name:
-                    (part.write.format("delta").mode("append")
-                     .option("txnAppId", f"{app_id}:{bronze_name}").option("txnVersion", batch_id)
-                     .saveAsTable(bronze_name))
-                if contract is None:
-                    rejects = self._unknown_topic(part)
-                else:
-                    rejects = self._apply(contract, part)
+            for rejects, timings in results:
                 rejects_all = rejects if rejects_all is None else rejects_all.unionByName(rejects)
-                part.unpersist()
+                self.timings.update(timings)
             if rejects_all is not None:
                 (quarantine_rows(rejects_all, "cdc").write.format("delta").mode("append")
                  .option("txnAppId", f"{app_id}:{QUARANTINE}").option("txnVersion", batch_id)
@@ -210,6 +205,24 @@ class CdcApp:
             self._maybe_maintain()
         finally:
             batch.unpersist()
+
+    def _topic(self, batch: DataFrame, batch_id: int, app_id: str, topic: str) -> tuple[DataFrame, dict[str, float]]:
+        from pyspark.sql import functions as F
+
+        timings: dict[str, float] = {}
+        t0 = time.monotonic()
+        part = bronze_columns(batch.where(F.col("topic") == topic)).persist()
+        contract = CDC_TABLES.get(topic)
+        if contract is None:
+            return self._unknown_topic(part), timings
+        (part.write.format("delta").mode("append")
+         .option("txnAppId", f"{app_id}:{contract.bronze}").option("txnVersion", batch_id)
+         .saveAsTable(contract.bronze))
+        timings[f"{contract.table}.bronze"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        rejects = self._apply(contract, part)
+        timings[f"{contract.table}.silver"] = time.monotonic() - t1
+        return rejects, timings
 
     def _query_id(self) -> str:
         for query in self.spark.streams.active:
@@ -243,11 +256,14 @@ class CdcApp:
 
         schema = self.table_schema(contract)
         changes, rejects = parse_changes(bronze, schema, list(contract.keys))
+        changes = changes.persist()
         added = [r.column for r in extra_column_names(changes).collect()]
         if added:
+            changes.unpersist()
             self._widen(contract, bronze, added)
             schema = self.table_schema(contract)
             changes, rejects = parse_changes(bronze, schema, list(contract.keys))
+            changes = changes.persist()
         keys = list(contract.keys)
         newest = latest_per_key(changes, keys).drop("_pos")
         # A change not newer than a recorded delete of its key is a stale re-send.
@@ -276,6 +292,7 @@ class CdcApp:
             newest_ts = stats["newest"].replace(tzinfo=UTC).isoformat()
             table_progress["newest_change"] = max(newest_ts, table_progress.get("newest_change", ""))
         newest.unpersist()
+        changes.unpersist()
         return rejects
 
     def _widen(self, contract: CdcTable, bronze: DataFrame, added: list[str]) -> None:
@@ -298,7 +315,10 @@ class CdcApp:
         self.progress.update({
             "query": QUERY, "batch_id": batch_id, "committed_at": datetime.now(UTC).isoformat(),
             "batch_seconds": round(time.monotonic() - started, 3), "pid": os.getpid(),
+            "batch_records": int(batch.count()),
+            "step_seconds": {k: round(v, 3) for k, v in sorted(self.timings.items())},
         })
+        self.timings = {}
         for table in self.progress["tables"].values():
             table["last_batch"] = batch_id
         path = status_path(self.settings)
@@ -336,6 +356,11 @@ def run(settings: Settings) -> int:
         "spark.driver.memory": settings.stream_driver_memory,
         "spark.sql.shuffle.partitions": str(max(2, settings.spark_shuffle_partitions)),
         "spark.databricks.delta.optimizeWrite.enabled": "false",
+        "spark.databricks.delta.autoCompact.enabled": "false",
+        # Small, frequent batches: rebuild Delta snapshots with few tasks (default 50).
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.scheduler.mode": "FAIR",
     })
     spark.sparkContext.setLogLevel("WARN")
     app = CdcApp(spark, settings)

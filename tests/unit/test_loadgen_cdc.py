@@ -1,0 +1,285 @@
+"""Pure parts of the CDC load generator and of the silver-vs-PostgreSQL comparison (no services)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from spark_jobs.loadgen.cdc import (
+    BIG_TEXT_CHARS,
+    OP_WEIGHTS,
+    PRELUDE,
+    Item,
+    Op,
+    Planner,
+    Pool,
+    ShopState,
+    Stmt,
+    TokenBucket,
+    WeightedChooser,
+    iter_changes,
+    main,
+    order_total,
+    plan_digest,
+    plan_ops,
+)
+from spark_jobs.verify import MAX_DIFF_LINES, diff_tables, normalise_spark_rows
+
+
+def seeded_state() -> ShopState:
+    """The model of the migration's snapshot rows (V001__shop_schema.sql)."""
+    from spark_jobs.loadgen.cdc import Order
+
+    st = ShopState()
+    st.add_customer(1, n_orders=1)
+    st.add_customer(2, big=True)
+    st.add_customer(3, n_orders=1)
+    st.add_product(10, Decimal("18.90"), big=True)
+    st.add_product(11, Decimal("24.00"))
+    st.add_product(12, Decimal("50.00"))
+    for oid, cid, status, item in ((100, 1, "paid", Item(10, 2, Decimal("18.90"), None)),
+                                   (101, 3, "pending", Item(11, 1, Decimal("24.00"), Decimal("0.0500")))):
+        st.orders[oid] = Order(cid, status, {1: item})
+        st.order_pool.add(oid)
+    st.next_order_id = 1001
+    return st
+
+
+# --- choosing operations
+
+
+def test_weighted_chooser_same_seed_same_sequence():
+    a = WeightedChooser(OP_WEIGHTS)
+    b = WeightedChooser(OP_WEIGHTS)
+    ra, rb = random.Random(7), random.Random(7)
+    assert [a.pick(ra) for _ in range(500)] == [b.pick(rb) for _ in range(500)]
+
+
+def test_weighted_chooser_follows_weights():
+    chooser = WeightedChooser({"a": 1, "b": 3, "never": 0})
+    rng = random.Random(0)
+    counts = Counter(chooser.pick(rng) for _ in range(20_000))
+    assert counts["never"] == 0
+    assert 2.8 < counts["b"] / counts["a"] < 3.2
+
+
+def test_weighted_chooser_rejects_bad_weights():
+    with pytest.raises(ValueError, match="positive sum"):
+        WeightedChooser({"a": 0})
+    with pytest.raises(ValueError, match="non-negative"):
+        WeightedChooser({"a": 2, "b": -1})
+
+
+def test_pool_choice_is_deterministic_after_removals():
+    def build() -> Pool[int]:
+        pool = Pool(range(10))
+        pool.discard(3)
+        pool.discard(9)
+        pool.add(42)
+        return pool
+
+    assert [build().choice(random.Random(1)) for _ in range(3)] == [build().choice(random.Random(1))] * 3
+    pool = build()
+    assert sorted(pool) == [0, 1, 2, 4, 5, 6, 7, 8, 42] and 3 not in pool and len(pool) == 9
+
+
+# --- the plan
+
+
+def test_plan_is_deterministic_for_a_seed():
+    first, second = plan_ops(seeded_state(), 1, 400), plan_ops(seeded_state(), 1, 400)
+    assert [op.signature() for op in first] == [op.signature() for op in second]
+    assert plan_digest(first) == plan_digest(second)
+
+
+def test_other_seed_other_plan():
+    assert plan_digest(plan_ops(seeded_state(), 1, 50)) != plan_digest(plan_ops(seeded_state(), 2, 50))
+
+
+def test_plan_starts_with_the_edge_case_prelude_and_a_rollback():
+    ops = plan_ops(seeded_state(), 3, len(PRELUDE) * 3)
+    assert [op.name for op in ops[::3]] == list(PRELUDE)
+    assert ops[4].rollback
+
+
+def test_plan_covers_every_operation_and_keeps_ids_above_floor():
+    ops = plan_ops(seeded_state(), 5, 3000)
+    names = Counter(op.name for op in ops)
+    assert set(names) == set(OP_WEIGHTS)
+    inserted_customer_ids = {s.params[0] for op in ops for s in op.statements
+                             if s.kind == "insert" and s.table == "customers" and op.name == "insert_customer"}
+    assert min(inserted_customer_ids) > 1000
+
+
+def test_plan_model_keeps_foreign_keys_valid():
+    st = seeded_state()
+    plan_ops(st, 11, 3000)
+    for oid, order in st.orders.items():
+        assert order.customer_id in st.customers, oid
+        for item in order.items.values():
+            assert item.product_id in st.products
+    for cid in st.customers:
+        n = sum(1 for o in st.orders.values() if o.customer_id == cid)
+        assert st.customer_orders[cid] == n
+        assert (cid in st.orderless) == (n == 0)
+
+
+def test_customer_pk_change_only_for_customers_without_orders():
+    st = seeded_state()
+    planner = Planner(st, 0, prelude=False)
+    op, apply = planner._plan_customer_pk_change() or pytest.fail("customer 2 has no orders")
+    assert op.statements[0].params[2] == 2  # the only orderless seeded customer
+    apply()
+    assert 2 not in st.customers and 2 in st.deleted_customers and op.statements[0].params[0] in st.customers
+
+
+def test_rolled_back_op_leaves_model_untouched():
+    st = seeded_state()
+    planner = Planner(st, 0)
+    planner.count = 4  # the next op is the forced rollback
+    before = st.snapshot()
+    op = planner.next_op()
+    assert op.rollback and op.committed_changes() == 0
+    assert st.snapshot() == before
+
+
+def test_big_text_is_toast_sized():
+    op = Planner(seeded_state(), 0, prelude=False)._plan_customer_big_notes()[0]
+    notes = op.statements[0].params[0]
+    assert notes is None or len(notes.encode("utf-8")) > 8192 >= BIG_TEXT_CHARS - 4000
+
+
+def test_order_total_is_exact():
+    items = {1: Item(10, 3, Decimal("18.90"), None), 2: Item(11, 1, Decimal("24.00"), Decimal("0.3333"))}
+    # 56.70 + 24.00 * 0.6667 = 56.70 + 16.0008 -> 16.00
+    assert order_total(items) == Decimal("72.70")
+    assert str(order_total({})) == "0.00"
+
+
+def test_change_counting_with_cascade_and_savepoint():
+    op = Op("x", (
+        Stmt("delete", "orders", "DELETE ...", rows=1, cascade_items=3),
+        Stmt("savepoint", "", "SAVEPOINT s"),
+        Stmt("insert", "customers", "INSERT ...", rows=1),
+        Stmt("rollback_to_savepoint", "", "ROLLBACK TO SAVEPOINT s"),
+        Stmt("update", "customers", "UPDATE ...", rows=1),
+    ))
+    changes = sorted(iter_changes(op))
+    assert changes == [("customers", "insert", 1, False), ("customers", "update", 1, True),
+                       ("order_items", "delete", 3, True), ("orders", "delete", 1, True)]
+    assert op.committed_changes() == 5
+    assert Op("x", op.statements, rollback=True).committed_changes() == 0
+
+
+# --- pacing
+
+
+def test_token_bucket_spends_burst_then_waits_for_the_rate():
+    bucket = TokenBucket(rate=100, burst=10, now=0.0)
+    assert bucket.take(10, now=0.0) == 0.0
+    assert bucket.take(5, now=0.0) == pytest.approx(0.05)  # 5 tokens short at 100/s
+
+
+def test_token_bucket_long_run_rate():
+    bucket = TokenBucket(rate=1000, burst=50, now=0.0)
+    now = 0.0
+    for _ in range(2000):  # 2000 transactions of 3 changes, slept exactly as asked
+        now += bucket.take(3, now)
+    assert now == pytest.approx(6000 / 1000 - 50 / 1000, rel=1e-6)
+
+
+def test_token_bucket_caps_saved_tokens():
+    bucket = TokenBucket(rate=10, burst=5, now=0.0)
+    assert bucket.take(5, now=100.0) == 0.0  # idle for 100 s saves 5 tokens, not 1000
+    assert bucket.take(1, now=100.0) == pytest.approx(0.1)
+
+
+def test_token_bucket_rejects_non_positive_rate():
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        TokenBucket(rate=0, burst=1, now=0.0)
+
+
+def test_main_requires_rate_and_duration(capsys):
+    with pytest.raises(SystemExit):
+        main(["--duration", "1"])
+    assert "--rate" in capsys.readouterr().err
+
+
+# --- normalise_spark_rows and diff_tables
+
+
+def test_normalise_naive_datetime_is_utc_and_aware_is_converted():
+    naive = datetime(2024, 5, 1, 12, 0, 0, 123456)
+    aware = datetime(2024, 5, 1, 14, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    rows = normalise_spark_rows([{"a": naive, "b": aware}], [])
+    assert rows[0]["a"] == rows[0]["b"] == datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    assert rows[0]["a"].tzinfo is UTC and rows[0]["b"].tzinfo is UTC
+
+
+def test_normalise_parses_json_strings_keeps_nulls_and_non_ascii():
+    rows = normalise_spark_rows(
+        [{"profile": '{"city": "東京", "langs": ["de"]}', "shipping": None, "name": "Zoë Ångström 🚀"}],
+        ["profile", "shipping"])
+    assert rows == [{"profile": {"city": "東京", "langs": ["de"]}, "shipping": None, "name": "Zoë Ångström 🚀"}]
+
+
+def test_normalise_rejects_bad_json_with_column_name():
+    with pytest.raises(ValueError, match="column 'profile' is not valid JSON"):
+        normalise_spark_rows([{"profile": "{nope"}], ["profile"])
+
+
+def test_diff_equal_tables_with_decimal_scale_and_json_key_order():
+    expected = [{"id": 1, "price": Decimal("18.90"), "attrs": {"a": 1, "b": [1, 2]}, "note": None}]
+    actual = normalise_spark_rows([{"id": 1, "price": Decimal("18.9"), "attrs": json.dumps({"b": [1, 2], "a": 1}),
+                                    "note": None}], ["attrs"])
+    assert diff_tables(expected, actual, ["id"], ["price", "attrs", "note"]) == []
+
+
+def test_diff_reports_missing_extra_and_mismatches_with_both_values():
+    ts = datetime(2024, 1, 1, tzinfo=UTC)
+    expected = [{"id": 1, "name": "Zoë", "ts": ts, "n": None}, {"id": 2, "name": "東京", "ts": ts, "n": 1}]
+    actual = [{"id": 2, "name": "東京", "ts": ts + timedelta(microseconds=1), "n": None},
+              {"id": 3, "name": "x", "ts": ts, "n": 1}]
+    out = diff_tables(expected, actual, ["id"], ["name", "ts", "n"])
+    assert out[0] == "missing (id=1): in expected, not in actual"
+    assert out[1].startswith("(id=2) ts: expected datetime.datetime(2024, 1, 1, 0, 0, tzinfo=datetime.timezone.utc), "
+                             "actual datetime.datetime(2024, 1, 1, 0, 0, 0, 1")
+    assert out[2] == "(id=2) n: expected 1, actual None"
+    assert out[3] == "extra (id=3): in actual, not in expected"
+    assert len(out) == 4
+
+
+def test_diff_null_is_not_empty_string_and_bool_is_not_int():
+    out = diff_tables([{"id": 1, "a": None, "b": True}], [{"id": 1, "a": "", "b": 1}], ["id"], ["a", "b"])
+    assert out == ["(id=1) a: expected None, actual ''", "(id=1) b: expected True, actual 1"]
+
+
+def test_diff_composite_key_and_long_text_shows_where():
+    big = "Röstung " * 2000
+    out = diff_tables([{"o": 1, "l": 2, "t": big}], [{"o": 1, "l": 2, "t": big[:-1] + "X"}], ["o", "l"], ["t"])
+    assert len(out) == 1
+    assert out[0].startswith("(o=1, l=2) t: expected 'Röstung") and out[0].endswith(
+        f"(first difference at character {len(big) - 1})")
+    assert len(out[0]) < 400
+
+
+def test_diff_duplicate_keys_and_missing_columns():
+    out = diff_tables([{"id": 1, "a": 1}], [{"id": 1}, {"id": 1}], ["id"], ["a"])
+    assert out == ["actual has key (id=1) more than once", "(id=1) a: column missing in actual (expected 1)"]
+
+
+def test_diff_output_is_capped():
+    expected = [{"id": i, "v": i} for i in range(200)]
+    out = diff_tables(expected, [], ["id"], ["v"])
+    assert len(out) == MAX_DIFF_LINES
+    assert out[-1] == f"... and {200 - MAX_DIFF_LINES + 1} more differences"
+
+
+def test_diff_requires_a_key():
+    with pytest.raises(ValueError, match="key"):
+        diff_tables([], [], [], ["a"])
