@@ -42,6 +42,16 @@ def _build_parser() -> argparse.ArgumentParser:
     sw = stsub.add_parser("wait", help="return once every committed source change is applied")
     sw.add_argument("--timeout", type=float, default=300)
 
+    loadgen = sub.add_parser("loadgen", help="generate load against the sources")
+    lsub = loadgen.add_subparsers(dest="kind", required=True)
+    lcdc = lsub.add_parser("cdc", help="seeded OLTP workload against the shop database", add_help=False)
+    lcdc.add_argument("args", nargs=argparse.REMAINDER)
+
+    verify = sub.add_parser("verify", help="compare lake tables with their sources")
+    vsub = verify.add_subparsers(dest="kind", required=True)
+    vcdc = vsub.add_parser("cdc", help="every silver CDC table equals its PostgreSQL table, column by column")
+    vcdc.add_argument("--json", action="store_true")
+
     sql = sub.add_parser("sql", help="run Spark SQL against the shared catalog")
     sql.add_argument("-e", "--execute", help="statements to run (';'-separated); omit for a shell")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -107,6 +117,23 @@ def _dispatch(args: argparse.Namespace) -> int:
                 print(f"{row['name']:<20} {row['state']:<10} tasks={','.join(row['tasks']) or '-'} "
                       f"slot_lag_bytes={row['slot_lag_bytes']}")
         return 0 if all(r["state"] == "RUNNING" for r in rows_) else 1
+    if args.command == "loadgen":
+        from spark_jobs.loadgen import cdc as loadgen_cdc
+
+        return loadgen_cdc.main(args.args)
+    if args.command == "verify":
+        from spark_jobs.settings import load_settings
+        from spark_jobs.verify import verify_cdc
+
+        diffs = verify_cdc(load_settings())
+        if args.json:
+            print(json.dumps(diffs, indent=2, ensure_ascii=False))
+        else:
+            for table, lines in diffs.items():
+                print(f"{table}: {'equal to PostgreSQL' if not lines else f'{len(lines)} difference(s)'}")
+                for line in lines:
+                    print(f"  {line}")
+        return 0 if not any(diffs.values()) else 1
     if args.command == "stream":
         return _stream(args)
     if args.command == "sql":

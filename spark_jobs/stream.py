@@ -182,7 +182,6 @@ class CdcApp:
     # -- the batch --------------------------------------------------------------
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
 
         started = time.monotonic()
         app_id = self._query_id()
@@ -246,6 +245,7 @@ class CdcApp:
 
         from spark_jobs.silver.cdc import (
             extra_column_names,
+            fill_toast_within_batch,
             latest_per_key,
             merge_plan,
             newer_condition,
@@ -265,14 +265,15 @@ class CdcApp:
             changes, rejects = parse_changes(bronze, schema, list(contract.keys))
             changes = changes.persist()
         keys = list(contract.keys)
-        newest = latest_per_key(changes, keys).drop("_pos")
+        toastable = toastable_columns(schema, keys)
+        newest = latest_per_key(fill_toast_within_batch(changes, keys, toastable), keys).drop("_pos")
         # A change not newer than a recorded delete of its key is a stale re-send.
         deleted = self.spark.table(contract.deleted).alias("d")
         join = [F.col(f"s.{k}") == F.col(f"d.{k}") for k in keys]
         newest = (newest.alias("s").join(deleted, join, "left")
                   .where(F.col(f"d.{keys[0]}").isNull() | F.expr(newer_condition("d", "s")))
                   .select("s.*")).persist()
-        plan = merge_plan(keys, silver_columns(schema), toastable_columns(schema, keys))
+        plan = merge_plan(keys, silver_columns(schema), toastable)
         source = newest.select(*silver_columns(schema))
         (DeltaTable.forName(self.spark, contract.silver).alias("t").merge(source.alias("s"), plan.condition)
          .whenMatchedDelete(condition=plan.delete_condition)

@@ -167,3 +167,41 @@ def diff_tables(expected: list[dict[str, Any]], actual: list[dict[str, Any]], ke
         rest = len(problems) - (MAX_DIFF_LINES - 1)
         problems = [*problems[:MAX_DIFF_LINES - 1], f"... and {rest} more differences"]
     return problems
+
+
+def verify_cdc(settings: Settings) -> dict[str, list[str]]:
+    """Compare every silver CDC table with its PostgreSQL source, column by column.
+
+    Columns compared: every column PostgreSQL has (so a column added in the
+    source must have reached silver). Returns differences per silver table;
+    all lists empty means silver equals the source.
+    """
+    from spark_jobs.contracts.shop import CDC_TABLES
+    from spark_jobs.session import build_session
+
+    spark = build_session(settings, "lake-verify")
+    spark.sparkContext.setLogLevel("ERROR")
+    out: dict[str, list[str]] = {}
+    for contract in CDC_TABLES.values():
+        expected = pg_rows(settings, contract.table)
+        pg_columns = _pg_columns(settings, contract.table)
+        silver = spark.table(contract.silver)
+        missing = [c for c in pg_columns if c not in silver.columns]
+        if missing:
+            out[contract.silver] = [f"silver lacks column(s) {missing} that PostgreSQL has"]
+            continue
+        json_cols = [c for c, t in pg_columns.items() if t in ("json", "jsonb")]
+        actual = normalise_spark_rows((r.asDict() for r in silver.select(*pg_columns).collect()), json_cols)
+        out[contract.silver] = diff_tables(expected, actual, list(contract.keys), list(pg_columns))
+    return out
+
+
+def _pg_columns(settings: Settings, table: str) -> dict[str, str]:
+    import psycopg2
+
+    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, conn.cursor() as cur:
+        cur.execute("SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position", (table,))
+        cols = {str(r[0]): str(r[1]) for r in cur.fetchall()}
+    conn.close()
+    return cols

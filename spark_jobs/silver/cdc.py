@@ -355,6 +355,30 @@ def parse_changes(
     return changes, rejects
 
 
+def fill_toast_within_batch(changes: DataFrame, key_columns: Sequence[str], toastable: Sequence[str]) -> DataFrame:
+    """Replace a TOAST placeholder with the value an earlier change of the same key in this batch carried.
+
+    ``latest_per_key`` keeps one change per key; if that change holds
+    ``UNAVAILABLE_VALUE`` and the value was set by an earlier change in the same
+    batch (an insert then an update that left the column untouched), the MERGE
+    would otherwise have nothing to keep. Earlier NULLs count as values. When no
+    earlier change in the batch has a value, the placeholder stays and the MERGE
+    keeps the stored value. Grain and columns unchanged.
+    """
+    if not toastable:
+        return changes
+    w = (Window.partitionBy(*key_columns).orderBy(F.col("_pos"), F.col("_partition"), F.col("_offset"))
+         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    out = changes
+    for c in toastable:
+        real = F.when(F.col(c).isNull() | (F.col(c) != F.lit(UNAVAILABLE_VALUE)), F.struct(F.col(c).alias("v")))
+        last_real = F.last(real, ignorenulls=True).over(w)
+        out = out.withColumn(
+            c, F.when((F.col(c) == F.lit(UNAVAILABLE_VALUE)) & last_real.isNotNull(), last_real.getField("v"))
+            .otherwise(F.col(c)))
+    return out
+
+
 def latest_per_key(changes: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     """Keep only the newest change per key, by ``_pos``.
 

@@ -262,3 +262,21 @@ def test_latest_per_key_rejects_empty_keys(spark: Any) -> None:
     with pytest.raises(ValueError, match="key_columns is empty"):
         latest_per_key(parsed(spark, []), [])
 
+
+
+def test_toast_placeholder_after_insert_in_the_same_batch(spark: Any) -> None:
+    from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, fill_toast_within_batch, latest_per_key
+
+    rows = [
+        (1, "long text", "a", 1, 10, 0, 1),
+        (1, UNAVAILABLE_VALUE, "b", 1, 11, 0, 2),  # update left the TOASTed column untouched
+        (2, None, "x", 1, 12, 0, 3),  # a real NULL is a value too
+        (2, UNAVAILABLE_VALUE, "y", 1, 13, 0, 4),
+        (3, UNAVAILABLE_VALUE, "z", 1, 14, 0, 5),  # nothing earlier in the batch: placeholder stays
+    ]
+    df = spark.createDataFrame(
+        rows, "id long, notes string, name string, _snapshot_rank int, _commit_lsn long, _partition int, _offset long"
+    ).withColumn("_change_lsn", F.col("_commit_lsn")).withColumn(
+        "_pos", F.struct("_snapshot_rank", "_commit_lsn", "_change_lsn"))
+    got = latest_per_key(fill_toast_within_batch(df, ["id"], ["notes"]), ["id"]).select("id", "notes", "name")
+    assert sorted(tuple(r) for r in got.collect()) == [(1, "long text", "b"), (2, None, "y"), (3, UNAVAILABLE_VALUE, "z")]
