@@ -47,6 +47,11 @@ def _build_parser() -> argparse.ArgumentParser:
     lcdc = lsub.add_parser("cdc", help="seeded OLTP workload against the shop database", add_help=False)
     lcdc.add_argument("args", nargs=argparse.REMAINDER)
 
+    bench = sub.add_parser("bench", help="benchmarks that print figures (never assert)")
+    bsub = bench.add_subparsers(dest="kind", required=True)
+    bcdc = bsub.add_parser("cdc", help="capture/apply rate, commit-to-silver latency, catch-up rate", add_help=False)
+    bcdc.add_argument("args", nargs=argparse.REMAINDER)
+
     verify = sub.add_parser("verify", help="compare lake tables with their sources")
     vsub = verify.add_subparsers(dest="kind", required=True)
     vcdc = vsub.add_parser("cdc", help="every silver CDC table equals its PostgreSQL table, column by column")
@@ -121,6 +126,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from spark_jobs.loadgen import cdc as loadgen_cdc
 
         return loadgen_cdc.main(args.args)
+    if args.command == "bench":
+        from spark_jobs import bench
+
+        return bench.main(args.args)
     if args.command == "verify":
         from spark_jobs.settings import load_settings
         from spark_jobs.verify import verify_cdc

@@ -1,0 +1,128 @@
+"""``lake bench cdc``: capture, apply and latency figures of the CDC path, measured in one run.
+
+1. Steady load: the seeded loadgen at ``--rate`` for ``--duration`` seconds
+   while the streaming app runs. Reports changes committed per second in
+   PostgreSQL, records captured per second (Kafka end offsets), changes applied
+   per second, and commit-to-silver latency p50/p95/max: for every row change
+   in silver's change data feed of the run, the Delta commit time minus the
+   PostgreSQL commit time Debezium carried (``source.ts_ms``).
+2. Catch-up: the app is stopped, a backlog is generated at full speed, the app
+   is started again; backlog records / time until ``lake stream wait`` holds.
+
+Figures only: nothing here asserts a target (machines are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from spark_jobs.settings import Settings
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def _total_end_offsets(settings: Settings) -> int:
+    from spark_jobs.stream_control import kafka_end_offsets
+
+    return sum(kafka_end_offsets(settings).values())
+
+
+def _silver_versions(spark: Any) -> dict[str, int]:
+    from spark_jobs.contracts.shop import CDC_TABLES
+
+    out = {}
+    for c in CDC_TABLES.values():
+        row = spark.sql(f"DESCRIBE HISTORY {c.silver} LIMIT 1").select("version").first()
+        out[c.silver] = int(row[0]) if row else 0
+    return out
+
+
+def _latencies(spark: Any, since: dict[str, int]) -> list[float]:
+    """Seconds from PostgreSQL commit to the silver commit, per changed row since ``since`` versions."""
+    from pyspark.sql import functions as F
+
+    values: list[float] = []
+    for table, version in since.items():
+        changes = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version + 1)
+                   .table(table)
+                   .where(F.col("_change_type").isin("insert", "update_postimage"))
+                   .select((F.col("_commit_timestamp").cast("double") - F.col("_source_ts").cast("double")).alias("s")))
+        values += [float(r.s) for r in changes.collect() if r.s is not None]
+    return values
+
+
+def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int) -> dict[str, Any]:
+    from spark_jobs import stream_control
+    from spark_jobs.loadgen.cdc import run as loadgen
+    from spark_jobs.session import build_session
+
+    spark = build_session(settings, "lake-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    stream_control.start(settings)
+    print("bench: waiting until the stream is caught up before measuring", flush=True)
+    if not stream_control.wait(settings, 900):
+        raise RuntimeError("stream did not catch up before the benchmark; see lake stream status")
+    versions = _silver_versions(spark)
+    offsets0 = _total_end_offsets(settings)
+    t0 = time.monotonic()
+    print(f"bench: steady load at {rate:.0f} changes/s for {duration:.0f}s", flush=True)
+    report = loadgen(settings, rate=rate, duration=duration, seed=seed)
+    load_s = time.monotonic() - t0
+    captured_by_end = _total_end_offsets(settings) - offsets0
+    ok = stream_control.wait(settings, 1800)
+    applied_s = time.monotonic() - t0
+    captured = _total_end_offsets(settings) - offsets0
+    lat = _latencies(spark, versions)
+    steady = {
+        "changes_committed": report.total_changes,
+        "committed_per_s": round(report.total_changes / load_s, 1),
+        "records_captured": captured,
+        "captured_per_s_during_load": round(captured_by_end / load_s, 1),
+        "applied_per_s_until_caught_up": round(captured / applied_s, 1) if ok else None,
+        "caught_up": ok,
+        "latency_rows": len(lat),
+        "latency_p50_s": round(_percentile(lat, 0.50), 2),
+        "latency_p95_s": round(_percentile(lat, 0.95), 2),
+        "latency_max_s": round(max(lat), 2) if lat else None,
+    }
+    print("bench: steady " + json.dumps(steady), flush=True)
+
+    print(f"bench: building a backlog for {backlog_seconds:.0f}s with the stream stopped", flush=True)
+    stream_control.stop(settings)
+    before = _total_end_offsets(settings)
+    loadgen(settings, rate=1_000_000, duration=backlog_seconds, seed=seed + 1)
+    time.sleep(15)  # let Debezium flush the backlog into Kafka
+    backlog = _total_end_offsets(settings) - before
+    t1 = time.monotonic()
+    stream_control.start(settings)
+    ok2 = stream_control.wait(settings, 3600)
+    drain_s = time.monotonic() - t1
+    catch_up = {"backlog_records": backlog, "drain_s": round(drain_s, 1),
+                "catch_up_per_s": round(backlog / drain_s, 1) if ok2 else None, "caught_up": ok2}
+    print("bench: catch-up " + json.dumps(catch_up), flush=True)
+    return {"steady": steady, "catch_up": catch_up}
+
+
+def main(argv: Sequence[str]) -> int:
+    import argparse
+
+    from spark_jobs.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="lake bench cdc", description=__doc__)
+    parser.add_argument("--rate", type=float, default=1000)
+    parser.add_argument("--duration", type=float, default=60)
+    parser.add_argument("--backlog-seconds", type=float, default=60)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(list(argv))
+    result = bench_cdc(load_settings(), args.rate, args.duration, args.backlog_seconds, args.seed)
+    print(json.dumps(result, indent=2))
+    return 0
