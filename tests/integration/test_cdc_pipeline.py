@@ -22,7 +22,7 @@ import pytest
 
 from spark_jobs.loadgen.cdc import run as run_loadgen
 from spark_jobs.settings import Settings
-from spark_jobs.stack import supervisor
+from spark_jobs.stack import health, supervisor
 from tests.integration.conftest import run_lake
 
 
@@ -106,6 +106,10 @@ def test_connect_worker_sigkilled_during_load(cdc: Settings) -> None:
     time.sleep(random.Random(8).uniform(5, 15))
     pid = _kill(cdc, "connect")
     _wait_running(cdc, "connect", pid)
+    deadline = time.monotonic() + 180
+    while not health.connect(cdc)[0]:  # the process runs before its REST API answers
+        assert time.monotonic() < deadline, "Connect REST did not come back after SIGKILL"
+        time.sleep(2)
     run_lake("connectors", "apply")  # waits until the task runs again
     load.join()
     _wait_and_verify(cdc)
