@@ -84,13 +84,27 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
     files = sorted(CONNECTORS_DIR.glob("*.json"))
     if not files:
         raise ConnectorError(f"no connector configs in {CONNECTORS_DIR}")
+    changed: set[str] = set()
     for path in files:
         name, config = load_connector(path, settings)
-        _request(settings, "PUT", f"/connectors/{name}/config", config)
-        print(f"applied {name} from {path.relative_to(REPO_ROOT)}", flush=True)
+        try:
+            current = _request(settings, "GET", f"/connectors/{name}/config")
+        except ConnectorError:
+            current = None
+        if current is not None and {k: v for k, v in current.items() if k != "name"} == config:
+            # A PUT of the same config restarts the connector; unchanged means untouched.
+            print(f"{name} unchanged ({path.relative_to(REPO_ROOT)})", flush=True)
+        else:
+            _request(settings, "PUT", f"/connectors/{name}/config", config)
+            print(f"applied {name} from {path.relative_to(REPO_ROOT)}", flush=True)
+            changed.add(name)
         names.append(name)
     deadline = time.monotonic() + timeout
     for name in names:
+        # After a PUT the worker restarts the connector asynchronously and the
+        # old RUNNING state may still be reported: require it to hold a while.
+        needed = 3 if name in changed else 1
+        seen = 0
         while True:
             try:
                 status = connector_status(settings, name)
@@ -101,8 +115,13 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
                 raise ConnectorError(f"connector {name} failed:\n" + "\n".join(f[:4000] for f in failed))
             tasks = status.get("tasks", [])
             if status["connector"]["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks):
-                print(f"  {name}: RUNNING ({len(tasks)} task(s))", flush=True)
-                break
+                seen += 1
+                if seen >= needed:
+                    print(f"  {name}: RUNNING ({len(tasks)} task(s))", flush=True)
+                    break
+                time.sleep(2)
+                continue
+            seen = 0
             if time.monotonic() > deadline:
                 raise ConnectorError(f"connector {name} not RUNNING after {timeout:.0f}s: {json.dumps(status)[:1000]}")
             time.sleep(1)

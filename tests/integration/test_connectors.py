@@ -12,7 +12,8 @@ from spark_jobs.stack import health
 from tests.integration.conftest import run_lake
 
 
-def _read_topic(stack: Settings, topic: str, want: int, timeout: float = 90) -> list[dict[str, Any]]:
+def _snapshot_events(stack: Settings, topic: str, want: int, timeout: float = 120) -> list[dict[str, Any]]:
+    """Snapshot reads (op=r) of ``topic``; other events (and non-JSON records other tests inject) are skipped."""
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "group.id": f"it-{time.time_ns()}",
@@ -26,7 +27,12 @@ def _read_topic(stack: Settings, topic: str, want: int, timeout: float = 90) -> 
             value = None if msg is None or msg.error() else msg.value()
             if value is None:
                 continue
-            out.append(json.loads(value)["payload"])
+            try:
+                payload = json.loads(value)["payload"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(payload, dict) and payload.get("op") == "r":
+                out.append(payload)
     finally:
         consumer.close()
     return out
@@ -40,13 +46,13 @@ def test_apply_registers_shop_connector_and_snapshot_arrives(stack: Settings) ->
     assert status["connector"]["state"] == "RUNNING"
     assert [t["state"] for t in status["tasks"]] == ["RUNNING"]
 
-    events = _read_topic(stack, "shop.public.customers", want=3)
+    events = _snapshot_events(stack, "shop.public.customers", want=3)
     by_id = {e["after"]["customer_id"]: e for e in events if e["after"]}
     assert {1, 2, 3} <= set(by_id)
     assert by_id[1]["after"]["full_name"] == "Ana Müller"
     assert by_id[3]["after"]["full_name"] == "佐藤 由紀"
     assert by_id[1]["source"]["snapshot"] in {"true", "first", "first_in_data_collection", "last", "last_in_data_collection"}
-    products = {e["after"]["product_id"]: e["after"] for e in _read_topic(stack, "shop.public.products", want=3)}
+    products = {e["after"]["product_id"]: e["after"] for e in _snapshot_events(stack, "shop.public.products", want=3)}
     assert products[10]["price"] == "18.90"  # decimal.handling.mode=string keeps money exact
 
 
