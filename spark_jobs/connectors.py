@@ -139,16 +139,27 @@ def status_report(settings: Settings) -> list[dict[str, Any]]:
     return report
 
 
+SLOT = "lakestream_shop"
+
+
+def slot_positions(settings: Settings) -> tuple[int, int] | None:
+    """(current WAL position, slot's confirmed flush position) in bytes, or None without a confirmed slot."""
+    import psycopg2
+
+    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, confirmed_flush_lsn - '0/0'::pg_lsn "
+                    "FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
+        row = cur.fetchone()
+    conn.close()
+    return (int(row[0]), int(row[1])) if row and row[1] is not None else None
+
+
 def _slot_lag(settings: Settings) -> int | None:
     """Bytes of WAL the replication slot has not confirmed yet (source lag)."""
     import psycopg2
 
     try:
-        with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=3) as conn, conn.cursor() as cur:
-            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
-                        "FROM pg_replication_slots WHERE slot_name = 'lakestream_shop'")
-            row = cur.fetchone()
-        conn.close()
-        return int(row[0]) if row and row[0] is not None else None
+        positions = slot_positions(settings)
     except psycopg2.Error:
         return None
+    return positions[0] - positions[1] if positions else None

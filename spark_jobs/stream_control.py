@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from spark_jobs.connectors import slot_positions
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
 from spark_jobs.stack import supervisor
@@ -81,17 +82,6 @@ def report(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _slot_confirmed(settings: Settings) -> tuple[int, int] | None:
-    import psycopg2
-
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, conn.cursor() as cur:
-        cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, confirmed_flush_lsn - '0/0'::pg_lsn "
-                    "FROM pg_replication_slots WHERE slot_name = 'lakestream_shop'")
-        row = cur.fetchone()
-    conn.close()
-    return (int(row[0]), int(row[1])) if row and row[1] is not None else None
-
-
 def wait(settings: Settings, timeout: float) -> bool:
     """Block until every change committed in PostgreSQL before the call is in silver.
 
@@ -99,11 +89,11 @@ def wait(settings: Settings, timeout: float) -> bool:
     2. the streaming app has processed every Kafka offset that existed after step 1.
     """
     deadline = time.monotonic() + timeout
-    start = _slot_confirmed(settings)
+    start = slot_positions(settings)
     if start is not None:
         target_lsn = start[0]
         while True:
-            now = _slot_confirmed(settings)
+            now = slot_positions(settings)
             if now and now[1] >= target_lsn:
                 break
             if time.monotonic() > deadline:

@@ -160,7 +160,8 @@ def up(only: list[str] | None = None) -> Settings:
     for d in (settings.data_dir, settings.log_dir, settings.run_dir, settings.conf_dir):
         d.mkdir(parents=True, exist_ok=True)
     render_configs(settings)
-    all_services = services(settings)
+    every_service = services(settings)
+    all_services = every_service
     names = [s.name for s in all_services]
     if only:
         bad = [n for n in only if n not in names]
@@ -170,7 +171,7 @@ def up(only: list[str] | None = None) -> Settings:
         last = max(names.index(n) for n in only)
         all_services = all_services[: last + 1]
     print(f"lake stack up: state in {settings.state_dir}", flush=True)
-    supervisor.start_daemon(settings, services(settings))
+    supervisor.start_daemon(settings, every_service)
     for service in all_services:
         if _running(settings, service):
             ok, _ = service.probe(settings)
