@@ -24,6 +24,9 @@ class SettingsError(ValueError):
     """A ``LAKE_*`` variable has a value we cannot use."""
 
 
+#: The streaming app's queries (``LAKE_STREAM_QUERIES``).
+STREAM_QUERIES = ("cdc", "events")
+
 def _parse_env_file(path: Path) -> dict[str, str]:
     """Read ``KEY=VALUE`` lines (``#`` comments, optional quotes)."""
     values: dict[str, str] = {}
@@ -112,6 +115,10 @@ class Settings:
     stream_trigger_seconds: int
     stream_maintenance_minutes: int
     stream_driver_memory: str
+    stream_queries: str
+    events_max_offsets_per_trigger: int
+    events_trigger_seconds: int
+    events_watermark_minutes: int
 
     # Airflow
     airflow_port: int
@@ -120,6 +127,11 @@ class Settings:
     airflow_admin_password: str
     airflow_parallelism: int
     airflow_secret_key: str
+
+    @property
+    def stream_query_list(self) -> tuple[str, ...]:
+        """The streaming app's queries to run, from ``LAKE_STREAM_QUERIES``."""
+        return tuple(q.strip() for q in self.stream_queries.split(",") if q.strip())
 
     @property
     def log_dir(self) -> Path:
@@ -208,6 +220,10 @@ _DEFAULTS: dict[str, str] = {
     "stream_trigger_seconds": "2",
     "stream_maintenance_minutes": "60",
     "stream_driver_memory": "2g",
+    "stream_queries": "cdc,events",
+    "events_max_offsets_per_trigger": "200000",
+    "events_trigger_seconds": "1",
+    "events_watermark_minutes": "10",
     "airflow_port": "18080",
     "airflow_url": "http://{host}:{airflow_port}",
     "airflow_admin_user": "admin",
@@ -291,5 +307,12 @@ def _validate(s: Settings) -> None:
         raise SettingsError(f"LAKE_S3_ENDPOINT={s.s3_endpoint!r} must start with http:// or https://")
     if s.stream_max_offsets_per_trigger < 1 or s.stream_trigger_seconds < 0:
         raise SettingsError("LAKE_STREAM_MAX_OFFSETS_PER_TRIGGER must be >= 1 and LAKE_STREAM_TRIGGER_SECONDS >= 0")
+    unknown_queries = sorted(set(s.stream_query_list) - set(STREAM_QUERIES))
+    if unknown_queries or not s.stream_query_list:
+        raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "
+                            f"{','.join(STREAM_QUERIES)} (unknown: {','.join(unknown_queries) or 'none given'})")
+    if s.events_max_offsets_per_trigger < 1 or s.events_trigger_seconds < 0 or s.events_watermark_minutes < 1:
+        raise SettingsError("LAKE_EVENTS_MAX_OFFSETS_PER_TRIGGER and LAKE_EVENTS_WATERMARK_MINUTES must be >= 1, "
+                            "LAKE_EVENTS_TRIGGER_SECONDS >= 0")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")

@@ -1,358 +1,35 @@
-"""The streaming app (speed layer driver): Kafka -> bronze -> silver, one driver.
+"""The streaming app (speed layer driver): one Spark driver running every streaming query.
 
-CDC query ``lake_cdc``: subscribes to every ``shop.public.*`` topic and, per
-micro-batch (``foreachBatch``):
+* ``lake_cdc`` (``spark_jobs.streaming.cdc``): Debezium topics -> ``bronze.<topic>``
+  -> ``silver.<table>`` (CDC MERGE) + ``quarantine.cdc``.
 
-1. appends the raw records to ``bronze.<topic>`` (key, value bytes, Kafka
-   coordinates, ingest time), idempotently: Delta ``txnAppId``/``txnVersion``
-   with the query id and the batch id, so a batch replayed after a crash is
-   written once;
-2. parses the Debezium envelopes (``spark_jobs.silver.cdc``), keeps the newest
-   change per key, drops changes not newer than a recorded delete of that key,
-   and MERGEs into ``silver.<table>`` guarded by the source position, so
-   replays and Connect re-sends are no-ops;
-3. appends every record it cannot parse or apply to ``quarantine.cdc`` (raw
-   bytes, reason, Kafka coordinates), idempotently, and carries on;
-4. widens ``silver.<table>`` when PostgreSQL gained a column (types from the
-   Debezium schema in the record), then re-parses the batch, losing nothing;
-5. writes a progress file for ``lake stream status`` / ``lake stream wait``;
-6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` compacts (OPTIMIZE) and vacuums
-   the tables it owns, inside the batch loop, so no second driver writes them.
+Each query has its own checkpoint under ``s3a://<bucket>/checkpoints/<query>`` and
+writes its tables idempotently (Delta ``txnAppId``/``txnVersion``), so a driver
+killed at any moment restarts where it stopped and writes every batch once. The
+driver is the single writer of the tables it owns (bronze, silver, hot,
+quarantine) and runs their maintenance itself.
 
-Back-pressure: ``maxOffsetsPerTrigger`` bounds every batch, so a backlog is
-consumed in bounded steps.
+If one query fails, the driver stops the others and exits non-zero, so the
+supervisor restarts the whole app from the checkpoints.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
-from spark_jobs.io import checkpoint_location, ensure_database, table_location
 from spark_jobs.settings import Settings, load_settings
+from spark_jobs.streaming.common import status_path
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
-
-QUERY = "lake_cdc"
-QUARANTINE = "quarantine.cdc"
-
-# Debezium Connect schema type (+ semantic name) -> Spark SQL type, for added columns.
-_CONNECT_TYPES = {
-    "int8": "INT", "int16": "INT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT", "float64": "DOUBLE",
-    "boolean": "BOOLEAN", "string": "STRING", "bytes": "BINARY",
-}
-_CONNECT_NAMES = {
-    "io.debezium.time.ZonedTimestamp": "TIMESTAMP", "io.debezium.time.Date": "DATE",
-    "io.debezium.data.Json": "STRING", "io.debezium.data.Uuid": "STRING",
-}
-
-
-def status_path(settings: Settings) -> Path:
-    return settings.run_dir / "stream-status.json"
-
-
-def bronze_columns(batch: DataFrame) -> DataFrame:
-    """Kafka source rows -> bronze rows: key, value, topic, partition, offset, kafka_timestamp, ingest_time, ingest_date."""
-    from pyspark.sql import functions as F
-
-    return batch.select(
-        "key", "value", "topic", "partition", "offset",
-        F.col("timestamp").alias("kafka_timestamp"),
-        F.current_timestamp().alias("ingest_time"),
-    ).withColumn("ingest_date", F.to_date("ingest_time"))
-
-
-def quarantine_rows(rejects: DataFrame, stage: str) -> DataFrame:
-    """``parse_changes`` rejects -> ``quarantine.<stage>`` rows (raw, reason, coordinates, time)."""
-    from pyspark.sql import functions as F
-
-    return rejects.select(
-        F.lit(stage).alias("stage"), "topic", "partition", "offset", "kafka_timestamp",
-        F.col("raw_key").alias("key"), F.col("raw_value").alias("value"), "error",
-        F.current_timestamp().alias("quarantined_at"),
-    )
-
-
-def spark_type_for(field: dict[str, Any]) -> str:
-    """A Debezium Connect field schema -> the Spark SQL type of its silver column."""
-    name = field.get("name")
-    if name in _CONNECT_NAMES:
-        return _CONNECT_NAMES[name]
-    return _CONNECT_TYPES.get(str(field.get("type")), "STRING")
-
-
-def added_column_types(sample_value: bytes, names: Sequence[str]) -> dict[str, str]:
-    """Types of the ``names`` columns from one Debezium envelope's ``schema`` (after image)."""
-    doc = json.loads(sample_value)
-    after = next(f for f in doc["schema"]["fields"] if f.get("field") == "after")
-    fields = {f["field"]: f for f in after.get("fields", [])}
-    return {n: spark_type_for(fields.get(n, {})) for n in names}
-
-
-class CdcApp:
-    """State and per-batch logic of the CDC query."""
-
-    def __init__(self, spark: SparkSession, settings: Settings) -> None:
-        self.spark = spark
-        self.settings = settings
-        self.last_maintenance = time.monotonic()
-        self.timings: dict[str, float] = {}
-        self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
-        if status_path(settings).exists():
-            try:
-                self.progress = json.loads(status_path(settings).read_text())
-            except ValueError:
-                pass
-
-    # -- tables ---------------------------------------------------------------
-
-    def ensure_tables(self) -> None:
-        from delta.tables import DeltaTable
-        from pyspark.sql.types import (
-            BinaryType,
-            DateType,
-            IntegerType,
-            LongType,
-            StringType,
-            StructField,
-            StructType,
-            TimestampType,
-        )
-
-        from spark_jobs.silver.cdc import SILVER_METADATA_COLUMNS
-
-        for db in ("bronze", "silver", "quarantine"):
-            ensure_database(self.spark, self.settings, db)
-        bronze_schema = StructType([
-            StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-            StructField("partition", IntegerType()), StructField("offset", LongType()),
-            StructField("kafka_timestamp", TimestampType()), StructField("ingest_time", TimestampType()),
-            StructField("ingest_date", DateType()),
-        ])
-        meta_types = {"_op": StringType(), "_snapshot_rank": IntegerType(), "_commit_lsn": LongType(),
-                      "_change_lsn": LongType(), "_source_ts": TimestampType(), "_extra": StringType()}
-        for contract in CDC_TABLES.values():
-            self._create(DeltaTable, contract.bronze, bronze_schema, ["ingest_date"], {})
-            silver_schema = StructType([*contract.schema.fields,
-                                        *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])
-            self._create(DeltaTable, contract.silver, silver_schema, [], {"delta.enableChangeDataFeed": "true"})
-            deleted_schema = StructType([*[contract.schema[k] for k in contract.keys],
-                                         *[StructField(c, meta_types[c]) for c in
-                                           ("_snapshot_rank", "_commit_lsn", "_change_lsn")]])
-            self._create(DeltaTable, contract.deleted, deleted_schema, [], {})
-        quarantine_schema = StructType([
-            StructField("stage", StringType()), StructField("topic", StringType()),
-            StructField("partition", IntegerType()), StructField("offset", LongType()),
-            StructField("kafka_timestamp", TimestampType()), StructField("key", BinaryType()),
-            StructField("value", BinaryType()), StructField("error", StringType()),
-            StructField("quarantined_at", TimestampType()),
-        ])
-        self._create(DeltaTable, QUARANTINE, quarantine_schema, [], {})
-
-    def _create(self, delta_table: Any, name: str, schema: StructType, partitions: list[str],
-                props: dict[str, str]) -> None:
-        builder = (delta_table.createIfNotExists(self.spark).tableName(name).addColumns(schema)
-                   .location(table_location(self.settings, name)))
-        if partitions:
-            builder = builder.partitionedBy(*partitions)
-        for k, v in props.items():
-            builder = builder.property(k, v)
-        builder.execute()
-
-    def table_schema(self, contract: CdcTable) -> StructType:
-        """The row schema in force: the silver table's columns minus metadata (superset of the contract)."""
-        from pyspark.sql.types import StructType
-
-        from spark_jobs.silver.cdc import SILVER_METADATA_COLUMNS
-
-        fields = [f for f in self.spark.table(contract.silver).schema.fields if f.name not in SILVER_METADATA_COLUMNS]
-        return StructType(fields)
-
-    # -- the batch --------------------------------------------------------------
-
-    def process(self, batch: DataFrame, batch_id: int) -> None:
-
-        started = time.monotonic()
-        app_id = self._query_id()
-        batch = batch.persist()
-        try:
-            topics = sorted(r.topic for r in batch.select("topic").distinct().collect())
-            # Tables are independent (one writer each): apply them concurrently so
-            # Delta commits and S3 round trips of one overlap the compute of another.
-            with ThreadPoolExecutor(max_workers=max(1, min(4, len(topics)))) as pool:
-                results = list(pool.map(lambda t: self._topic(batch, batch_id, app_id, t), topics))
-            rejects_all: DataFrame | None = None
-            for rejects, timings in results:
-                rejects_all = rejects if rejects_all is None else rejects_all.unionByName(rejects)
-                self.timings.update(timings)
-            if rejects_all is not None:
-                (quarantine_rows(rejects_all, "cdc").write.format("delta").mode("append")
-                 .option("txnAppId", f"{app_id}:{QUARANTINE}").option("txnVersion", batch_id)
-                 .saveAsTable(QUARANTINE))
-            self._record_progress(batch, batch_id, started)
-            self._maybe_maintain()
-        finally:
-            batch.unpersist()
-
-    def _topic(self, batch: DataFrame, batch_id: int, app_id: str, topic: str) -> tuple[DataFrame, dict[str, float]]:
-        from pyspark.sql import functions as F
-
-        timings: dict[str, float] = {}
-        t0 = time.monotonic()
-        part = bronze_columns(batch.where(F.col("topic") == topic)).persist()
-        contract = CDC_TABLES.get(topic)
-        if contract is None:
-            return self._unknown_topic(part), timings
-        (part.write.format("delta").mode("append")
-         .option("txnAppId", f"{app_id}:{contract.bronze}").option("txnVersion", batch_id)
-         .saveAsTable(contract.bronze))
-        timings[f"{contract.table}.bronze"] = time.monotonic() - t0
-        t1 = time.monotonic()
-        rejects = self._apply(contract, part)
-        timings[f"{contract.table}.silver"] = time.monotonic() - t1
-        return rejects, timings
-
-    def _query_id(self) -> str:
-        for query in self.spark.streams.active:
-            if query.name == QUERY:
-                return str(query.id)
-        raise RuntimeError(f"streaming query {QUERY} is not active")
-
-    def _unknown_topic(self, part: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        return part.select(
-            F.col("key").alias("raw_key"), F.col("value").alias("raw_value"), "topic", "partition", "offset",
-            F.concat(F.lit("no CDC contract for topic "), F.col("topic"),
-                     F.lit("; add it to spark_jobs/contracts/shop.py")).alias("error"),
-            "kafka_timestamp",
-        )
-
-    def _apply(self, contract: CdcTable, bronze: DataFrame) -> DataFrame:
-        from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
-
-        from spark_jobs.silver.cdc import (
-            extra_column_names,
-            fill_toast_within_batch,
-            latest_per_key,
-            merge_plan,
-            newer_condition,
-            parse_changes,
-            silver_columns,
-            toastable_columns,
-        )
-
-        schema = self.table_schema(contract)
-        changes, rejects = parse_changes(bronze, schema, list(contract.keys))
-        changes = changes.persist()
-        added = [r.column for r in extra_column_names(changes).collect()]
-        if added:
-            changes.unpersist()
-            self._widen(contract, bronze, added)
-            schema = self.table_schema(contract)
-            changes, rejects = parse_changes(bronze, schema, list(contract.keys))
-            changes = changes.persist()
-        keys = list(contract.keys)
-        toastable = toastable_columns(schema, keys)
-        newest = latest_per_key(fill_toast_within_batch(changes, keys, toastable), keys).drop("_pos")
-        # A change not newer than a recorded delete of its key is a stale re-send.
-        deleted = self.spark.table(contract.deleted).alias("d")
-        join = [F.col(f"s.{k}") == F.col(f"d.{k}") for k in keys]
-        newest = (newest.alias("s").join(deleted, join, "left")
-                  .where(F.col(f"d.{keys[0]}").isNull() | F.expr(newer_condition("d", "s")))
-                  .select("s.*")).persist()
-        plan = merge_plan(keys, silver_columns(schema), toastable)
-        source = newest.select(*silver_columns(schema))
-        (DeltaTable.forName(self.spark, contract.silver).alias("t").merge(source.alias("s"), plan.condition)
-         .whenMatchedDelete(condition=plan.delete_condition)
-         .whenMatchedUpdate(condition=plan.update_condition, set=dict(plan.update_set))
-         .whenNotMatchedInsert(condition=plan.insert_condition, values=dict(plan.insert_values))
-         .execute())
-        deletes = newest.where(F.col("_op") == "d").select(*keys, "_snapshot_rank", "_commit_lsn", "_change_lsn")
-        if deletes.take(1):
-            cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-            (DeltaTable.forName(self.spark, contract.deleted).alias("t").merge(deletes.alias("s"), cond)
-             .whenMatchedUpdateAll(condition=newer_condition("t", "s"))
-             .whenNotMatchedInsertAll().execute())
-        stats = source.agg(F.count(F.lit(1)).alias("n"), F.max("_source_ts").alias("newest")).first()
-        table_progress = self.progress["tables"].setdefault(contract.silver, {})
-        table_progress["changes_applied"] = int(table_progress.get("changes_applied", 0)) + int(stats["n"] if stats else 0)
-        if stats and stats["newest"] is not None:
-            newest_ts = stats["newest"].replace(tzinfo=UTC).isoformat()
-            table_progress["newest_change"] = max(newest_ts, table_progress.get("newest_change", ""))
-        newest.unpersist()
-        changes.unpersist()
-        return rejects
-
-    def _widen(self, contract: CdcTable, bronze: DataFrame, added: list[str]) -> None:
-        from pyspark.sql import functions as F
-
-        sample = bronze.where(F.col("value").isNotNull()).orderBy(F.col("offset").desc()).select("value").first()
-        if sample is None:
-            return
-        types = added_column_types(bytes(sample["value"]), added)
-        cols = ", ".join(f"`{name}` {sql_type}" for name, sql_type in types.items())
-        print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
-        self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
-
-    def _record_progress(self, batch: DataFrame, batch_id: int, started: float) -> None:
-        from pyspark.sql import functions as F
-
-        per_partition = batch.groupBy("topic", "partition").agg(
-            F.max("offset").alias("max_offset"), F.count(F.lit(1)).alias("records")).collect()
-        offsets = {f"{r.topic}:{r.partition}": int(r.max_offset) for r in per_partition}
-        self.progress["offsets"].update(offsets)
-        self.progress.update({
-            "query": QUERY, "batch_id": batch_id, "committed_at": datetime.now(UTC).isoformat(),
-            "batch_seconds": round(time.monotonic() - started, 3), "pid": os.getpid(),
-            "batch_records": sum(int(r.records) for r in per_partition),
-            "step_seconds": {k: round(v, 3) for k, v in sorted(self.timings.items())},
-        })
-        self.timings = {}
-        for table in self.progress["tables"].values():
-            table["last_batch"] = batch_id
-        path = status_path(self.settings)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.progress, indent=1, sort_keys=True))
-        tmp.replace(path)
-
-    def _maybe_maintain(self) -> None:
-        interval = self.settings.stream_maintenance_minutes * 60
-        if interval <= 0 or time.monotonic() - self.last_maintenance < interval:
-            return
-        for contract in CDC_TABLES.values():
-            for name in (contract.silver, contract.bronze):
-                self.spark.sql(f"OPTIMIZE {name}")
-                self.spark.sql(f"VACUUM {name} RETAIN 168 HOURS")
-        self.last_maintenance = time.monotonic()
-
-
-def _kafka_stream(spark: SparkSession, settings: Settings) -> DataFrame:
-    return (spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-            .option("subscribePattern", TOPIC_PATTERN)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", settings.stream_max_offsets_per_trigger)
-            # Bronze is the archive: silently skipping lost offsets would lose data.
-            .option("failOnDataLoss", "true")
-            .load())
+__all__ = ["main", "run", "status_path"]
 
 
 def run(settings: Settings) -> int:
-    """Start the CDC query and block until it stops (SIGTERM/SIGINT stop it cleanly)."""
+    """Start every query and block until one stops (SIGTERM/SIGINT stop them all cleanly)."""
     from spark_jobs.session import build_session
+    from spark_jobs.streaming import cdc
 
     spark = build_session(settings, "lake-stream", extra={
         "spark.driver.memory": settings.stream_driver_memory,
@@ -365,28 +42,27 @@ def run(settings: Settings) -> int:
         "spark.scheduler.mode": "FAIR",
     })
     spark.sparkContext.setLogLevel("WARN")
-    app = CdcApp(spark, settings)
-    app.ensure_tables()
-    query = (_kafka_stream(spark, settings).writeStream.queryName(QUERY)
-             .foreachBatch(app.process)
-             .option("checkpointLocation", checkpoint_location(settings, QUERY))
-             .trigger(processingTime=f"{settings.stream_trigger_seconds} seconds")
-             .start())
-    print(f"lake stream: query {QUERY} ({query.id}) running; checkpoint {checkpoint_location(settings, QUERY)}",
-          flush=True)
+    queries = []
+    if "cdc" in settings.stream_query_list:
+        queries.append(cdc.start(spark, settings))
+    for query in queries:
+        print(f"lake stream: query {query.name} ({query.id}) running", flush=True)
 
     def stop(signum: int, _frame: Any) -> None:
-        print(f"lake stream: signal {signum}, stopping after the current batch", flush=True)
-        query.stop()
+        print(f"lake stream: signal {signum}, stopping after the current batches", flush=True)
+        for query in queries:
+            query.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    query.awaitTermination()
-    exc = query.exception()
-    if exc is not None:
-        print(f"lake stream: query failed: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    spark.streams.awaitAnyTermination()
+    failed = [q for q in queries if q.exception() is not None]
+    for query in queries:
+        if query.isActive:
+            query.stop()
+    for query in failed:
+        print(f"lake stream: query {query.name} failed: {query.exception()}", file=sys.stderr, flush=True)
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

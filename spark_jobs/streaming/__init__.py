@@ -1,0 +1,1 @@
+"""The streaming app's queries (one driver): CDC and events."""

@@ -1,0 +1,110 @@
+"""Pieces the streaming app's queries share: bronze rows, quarantine rows, table creation, status files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.io import table_location
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+def status_path(settings: Settings) -> Path:
+    """Progress file of the CDC query (read by ``lake stream status|wait``)."""
+    return settings.run_dir / "stream-status.json"
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def bronze_schema() -> StructType:
+    from pyspark.sql.types import (
+        BinaryType,
+        DateType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType([
+        StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+        StructField("partition", IntegerType()), StructField("offset", LongType()),
+        StructField("kafka_timestamp", TimestampType()), StructField("ingest_time", TimestampType()),
+        StructField("ingest_date", DateType()),
+    ])
+
+
+def quarantine_schema() -> StructType:
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+    return StructType([
+        StructField("stage", StringType()), StructField("topic", StringType()),
+        StructField("partition", IntegerType()), StructField("offset", LongType()),
+        StructField("kafka_timestamp", TimestampType()), StructField("key", BinaryType()),
+        StructField("value", BinaryType()), StructField("reason", StringType()), StructField("error", StringType()),
+        StructField("quarantined_at", TimestampType()),
+    ])
+
+
+def bronze_columns(batch: DataFrame) -> DataFrame:
+    """Kafka source rows -> bronze rows: key, value, topic, partition, offset, kafka_timestamp, ingest_time, ingest_date."""
+    from pyspark.sql import functions as F
+
+    return batch.select(
+        "key", "value", "topic", "partition", "offset",
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.current_timestamp().alias("ingest_time"),
+    ).withColumn("ingest_date", F.to_date("ingest_time"))
+
+
+def quarantine_rows(rejects: DataFrame, stage: str) -> DataFrame:
+    """Rejects (raw_key, raw_value, coordinates, [reason], error) -> ``quarantine.<stage>`` rows."""
+    from pyspark.sql import functions as F
+
+    reason = F.col("reason") if "reason" in rejects.columns else F.lit("unparseable")
+    return rejects.select(
+        F.lit(stage).alias("stage"), "topic", "partition", "offset", "kafka_timestamp",
+        F.col("raw_key").alias("key"), F.col("raw_value").alias("value"), reason.alias("reason"), "error",
+        F.current_timestamp().alias("quarantined_at"),
+    )
+
+
+def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
+                 partitions: list[str] | None = None, props: dict[str, str] | None = None) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location."""
+    from delta.tables import DeltaTable
+
+    builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
+               .location(table_location(settings, name)))
+    if partitions:
+        builder = builder.partitionedBy(*partitions)
+    for k, v in (props or {}).items():
+        builder = builder.property(k, v)
+    builder.execute()
+
+
+def query_id(spark: SparkSession, name: str) -> str:
+    """Id of the active streaming query ``name`` (the stable ``txnAppId`` prefix of its writes)."""
+    for query in spark.streams.active:
+        if query.name == name:
+            return str(query.id)
+    raise RuntimeError(f"streaming query {name} is not active")
