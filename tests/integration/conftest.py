@@ -36,3 +36,34 @@ def run_lake(*args: str, env: dict[str, str] | None = None, timeout: float = 600
         raise AssertionError(
             f"lake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def kill_program(settings: Settings, program: str) -> int:
+    """SIGKILL a supervised program's whole process group (for the streaming app: the Python driver and its
+    Spark JVM, as when a machine dies); returns the pid killed."""
+    import signal
+
+    from spark_jobs.stack import supervisor
+
+    info = supervisor.program_info(settings, program)
+    assert info and info["statename"] == "RUNNING", f"{program} not running: {info}"
+    pid = int(info["pid"])
+    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    return pid
+
+
+def wait_running(settings: Settings, program: str, old_pid: int, timeout: float = 120) -> None:
+    """Wait until the supervisor runs ``program`` again under a new pid (starting it if it gave up)."""
+    import time
+
+    from spark_jobs.stack import supervisor
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = supervisor.program_info(settings, program) or {}
+        if info.get("statename") == "RUNNING" and info.get("pid") != old_pid:
+            return
+        if info.get("statename") in {"EXITED", "FATAL", "BACKOFF", "STOPPED"}:
+            supervisor.start_program(settings, program)
+        time.sleep(1)
+    raise AssertionError(f"{program} did not come back after SIGKILL")

@@ -1,0 +1,1 @@
+"""Hot tables: event-time windowed aggregates the speed layer keeps seconds fresh."""
