@@ -10,11 +10,21 @@
    is started again; backlog records / time until ``lake stream wait`` holds.
 
 Figures only: nothing here asserts a target (machines are shared and noisy).
+
+``--driver supervised`` (default) measures the app as ``lake stream start`` runs it
+(every query in ``LAKE_STREAM_QUERIES``); ``--driver own`` runs the streaming app
+as a child process of the benchmark with ``LAKE_STREAM_QUERIES=cdc`` only, so
+another query's work does not blur the CDC figures (stop the supervised app
+first). The catch-up time includes the driver's start (JVM, session, tables).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -60,14 +70,61 @@ def _latencies(spark: Any, since: dict[str, int]) -> list[float]:
     return values
 
 
-def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int) -> dict[str, Any]:
+class _Driver:
+    """Start/stop the streaming app: the supervised program, or a child process running only ``cdc``."""
+
+    def __init__(self, settings: Settings, mode: str) -> None:
+        self.settings = settings
+        self.mode = mode
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from spark_jobs import stream_control
+
+        if self.mode == "supervised":
+            stream_control.start(self.settings)
+            return
+        env = {**os.environ, "LAKE_STREAM_QUERIES": "cdc"}
+        log = open(self.settings.run_dir / "bench-stream.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "spark_jobs.stream"], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        print(f"bench: streaming app (cdc only) pid {self.proc.pid}, log {log.name}", flush=True)
+
+    def stop(self) -> None:
+        from spark_jobs import stream_control
+
+        if self.mode == "supervised":
+            stream_control.stop(self.settings)
+            return
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # stops the queries after the current batch
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+
+def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
+              driver_mode: str = "supervised") -> dict[str, Any]:
+    driver = _Driver(settings, driver_mode)
+    try:
+        return _bench_cdc(settings, rate, duration, backlog_seconds, seed, driver)
+    finally:
+        if driver_mode == "own":
+            driver.stop()  # never leave our child driver running
+
+
+def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
+               driver: _Driver) -> dict[str, Any]:
     from spark_jobs import stream_control
     from spark_jobs.loadgen.cdc import run as loadgen
     from spark_jobs.session import build_session
 
     spark = build_session(settings, "lake-bench")
     spark.sparkContext.setLogLevel("ERROR")
-    stream_control.start(settings)
+    driver.start()
     print("bench: waiting until the stream is caught up before measuring", flush=True)
     if not stream_control.wait(settings, 900):
         raise RuntimeError("stream did not catch up before the benchmark; see lake stream status")
@@ -97,19 +154,27 @@ def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds:
     print("bench: steady " + json.dumps(steady), flush=True)
 
     print(f"bench: building a backlog for {backlog_seconds:.0f}s with the stream stopped", flush=True)
-    stream_control.stop(settings)
+    driver.stop()
     before = _total_end_offsets(settings)
     loadgen(settings, rate=1_000_000, duration=backlog_seconds, seed=seed + 1)
     time.sleep(15)  # let Debezium flush the backlog into Kafka
     backlog = _total_end_offsets(settings) - before
     t1 = time.monotonic()
-    stream_control.start(settings)
+    driver.start()
     ok2 = stream_control.wait(settings, 3600)
     drain_s = time.monotonic() - t1
-    catch_up = {"backlog_records": backlog, "drain_s": round(drain_s, 1),
+    driver.stop()
+    catch_up = {"backlog_records": backlog, "drain_s_incl_driver_start": round(drain_s, 1),
                 "catch_up_per_s": round(backlog / drain_s, 1) if ok2 else None, "caught_up": ok2}
     print("bench: catch-up " + json.dumps(catch_up), flush=True)
-    return {"steady": steady, "catch_up": catch_up}
+    p95 = _percentile(lat, 0.95)
+    ratios = {
+        "latency_p95_vs_target_5s": round(p95 / 5.0, 2) if lat else None,
+        "applied_vs_committed": round((captured / applied_s) / (report.total_changes / load_s), 2) if ok else None,
+        "catch_up_vs_target_5000": round(backlog / drain_s / 5000.0, 3) if ok2 else None,
+    }
+    print("bench: ratios " + json.dumps(ratios), flush=True)
+    return {"steady": steady, "catch_up": catch_up, "ratios": ratios, "driver": driver.mode}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -122,7 +187,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--duration", type=float, default=60)
     parser.add_argument("--backlog-seconds", type=float, default=60)
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(list(argv))
-    result = bench_cdc(load_settings(), args.rate, args.duration, args.backlog_seconds, args.seed)
+    parser.add_argument("--driver", choices=("supervised", "own"), default="supervised",
+                        help="supervised: `lake stream start`; own: a child driver with LAKE_STREAM_QUERIES=cdc")
+    args = parser.parse_args([a for a in argv if a != "--"])
+    result = bench_cdc(load_settings(), args.rate, args.duration, args.backlog_seconds, args.seed, args.driver)
     print(json.dumps(result, indent=2))
     return 0

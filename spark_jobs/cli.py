@@ -46,11 +46,21 @@ def _build_parser() -> argparse.ArgumentParser:
     lsub = loadgen.add_subparsers(dest="kind", required=True)
     lcdc = lsub.add_parser("cdc", help="seeded OLTP workload against the shop database", add_help=False)
     lcdc.add_argument("args", nargs=argparse.REMAINDER)
+    lev = lsub.add_parser("events", help="seeded clickstream to events.clickstream (late, duplicate, bad)", add_help=False)
+    lev.add_argument("args", nargs=argparse.REMAINDER)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures (never assert)")
     bsub = bench.add_subparsers(dest="kind", required=True)
     bcdc = bsub.add_parser("cdc", help="capture/apply rate, commit-to-silver latency, catch-up rate", add_help=False)
     bcdc.add_argument("args", nargs=argparse.REMAINDER)
+    bev = bsub.add_parser("events", help="produce/ingest rates, catch-up, hot-table freshness, raw ceiling",
+                          add_help=False)
+    bev.add_argument("args", nargs=argparse.REMAINDER)
+
+    reconcile = sub.add_parser("reconcile", help="ledgers: what was sent vs what the lake holds")
+    rsub = reconcile.add_subparsers(dest="kind", required=True)
+    rev = rsub.add_parser("events", help="sent = silver (unique) + duplicates removed + quarantined", add_help=False)
+    rev.add_argument("args", nargs=argparse.REMAINDER)
 
     verify = sub.add_parser("verify", help="compare lake tables with their sources")
     vsub = verify.add_subparsers(dest="kind", required=True)
@@ -123,13 +133,25 @@ def _dispatch(args: argparse.Namespace) -> int:
                       f"slot_lag_bytes={row['slot_lag_bytes']}")
         return 0 if all(r["state"] == "RUNNING" for r in rows_) else 1
     if args.command == "loadgen":
+        if args.kind == "events":
+            from spark_jobs.loadgen import events as loadgen_events
+
+            return loadgen_events.main(args.args)
         from spark_jobs.loadgen import cdc as loadgen_cdc
 
         return loadgen_cdc.main(args.args)
     if args.command == "bench":
+        if args.kind == "events":
+            from spark_jobs import bench_events
+
+            return bench_events.main(args.args)
         from spark_jobs import bench
 
         return bench.main(args.args)
+    if args.command == "reconcile":
+        from spark_jobs import reconcile
+
+        return reconcile.main(args.args)
     if args.command == "verify":
         from spark_jobs.settings import load_settings
         from spark_jobs.verify import verify_cdc
@@ -186,6 +208,13 @@ def _stream(args: argparse.Namespace) -> int:
         print(f"stream {'RUNNING' if rep['running'] else 'STOPPED'} pid={rep['pid']} last_batch={rep['last_batch']} "
               f"committed_at={rep['committed_at']}")
         for name, t in rep["tables"].items():
+            if "totals" in t:
+                tot = t["totals"]
+                print(f"  {name:<22} batch={t['last_batch']} lag={t['kafka_lag']} watermark={t['watermark']} "
+                      f"received={tot.get('received', 0)} appended={tot.get('appended', 0)} "
+                      f"duplicates={tot.get('duplicates', 0)} quarantined={tot.get('quarantined', 0)} "
+                      f"late={tot.get('late', 0)}")
+                continue
             print(f"  {name:<22} batch={t['last_batch']} lag={t['kafka_lag']} applied={t['changes_applied']} "
                   f"newest_age_s={t['newest_change_age_s']}")
     return 0 if rep["running"] else 1

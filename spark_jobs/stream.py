@@ -1,7 +1,12 @@
 """The streaming app (speed layer driver): one Spark driver running every streaming query.
 
 * ``lake_cdc`` (``spark_jobs.streaming.cdc``): Debezium topics -> ``bronze.<topic>``
-  -> ``silver.<table>`` (CDC MERGE) + ``quarantine.cdc``.
+  -> ``silver.<table>`` (CDC MERGE) + ``quarantine.cdc``;
+* ``lake_events`` (``spark_jobs.streaming.events``): ``events.clickstream`` ->
+  ``bronze.events__clickstream`` -> ``silver.events`` -> ``hot.*`` windows +
+  ``quarantine.events`` + ``ops.stream_events_ledger``.
+
+``LAKE_STREAM_QUERIES`` picks which run (default both).
 
 Each query has its own checkpoint under ``s3a://<bucket>/checkpoints/<query>`` and
 writes its tables idempotently (Delta ``txnAppId``/``txnVersion``), so a driver
@@ -29,7 +34,7 @@ __all__ = ["main", "run", "status_path"]
 def run(settings: Settings) -> int:
     """Start every query and block until one stops (SIGTERM/SIGINT stop them all cleanly)."""
     from spark_jobs.session import build_session
-    from spark_jobs.streaming import cdc
+    from spark_jobs.streaming import cdc, events
 
     spark = build_session(settings, "lake-stream", extra={
         "spark.driver.memory": settings.stream_driver_memory,
@@ -45,6 +50,8 @@ def run(settings: Settings) -> int:
     queries = []
     if "cdc" in settings.stream_query_list:
         queries.append(cdc.start(spark, settings))
+    if "events" in settings.stream_query_list:
+        queries.append(events.start(spark, settings))
     for query in queries:
         print(f"lake stream: query {query.name} ({query.id}) running", flush=True)
 

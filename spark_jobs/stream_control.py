@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +11,7 @@ from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
 from spark_jobs.stack import supervisor
 from spark_jobs.stack.supervisor import StackError
-from spark_jobs.stream import status_path
+from spark_jobs.streaming.common import read_json, status_path
 
 PROGRAM = "stream"
 
@@ -31,8 +30,26 @@ def stop(settings: Settings) -> None:
     print("lake stream: stopped")
 
 
+def input_topics(settings: Settings) -> list[str]:
+    """The Kafka topics the configured queries consume."""
+    from spark_jobs.contracts.events import TOPIC
+
+    topics = list(CDC_TABLES) if "cdc" in settings.stream_query_list else []
+    return topics + ([TOPIC] if "events" in settings.stream_query_list else [])
+
+
+def processed_offsets(settings: Settings) -> dict[str, int]:
+    """Last processed offset per ``topic:partition``, from every query's progress file."""
+    from spark_jobs.streaming.events import events_status_path
+
+    done: dict[str, int] = {}
+    for path in (status_path(settings), events_status_path(settings)):
+        done.update((read_json(path) or {}).get("offsets", {}))
+    return done
+
+
 def kafka_end_offsets(settings: Settings) -> dict[str, int]:
-    """High watermark per ``topic:partition`` for every CDC topic that exists."""
+    """High watermark per ``topic:partition`` for every input topic that exists."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "_lake_stream_status",
@@ -40,7 +57,7 @@ def kafka_end_offsets(settings: Settings) -> dict[str, int]:
     try:
         meta = consumer.list_topics(timeout=10)
         out: dict[str, int] = {}
-        for topic in CDC_TABLES:
+        for topic in input_topics(settings):
             if topic not in meta.topics:
                 continue
             for pid in meta.topics[topic].partitions:
@@ -53,9 +70,7 @@ def kafka_end_offsets(settings: Settings) -> dict[str, int]:
 
 def report(settings: Settings) -> dict[str, Any]:
     """Per table: last committed batch, Kafka lag, age of the newest applied change."""
-    progress: dict[str, Any] = {}
-    if status_path(settings).exists():
-        progress = json.loads(status_path(settings).read_text())
+    progress: dict[str, Any] = read_json(status_path(settings)) or {}
     ends = kafka_end_offsets(settings)
     done = progress.get("offsets", {})
     info = supervisor.program_info(settings, PROGRAM) if supervisor.daemon_pid(settings) else None
@@ -72,6 +87,21 @@ def report(settings: Settings) -> dict[str, Any]:
             "changes_applied": t.get("changes_applied", 0),
             "newest_change": newest,
             "newest_change_age_s": round((now - datetime.fromisoformat(newest)).total_seconds(), 1) if newest else None,
+        }
+    from spark_jobs.contracts.events import TOPIC
+    from spark_jobs.streaming.events import SILVER, events_status_path
+
+    ev = read_json(events_status_path(settings)) or {}
+    ev_done = ev.get("offsets", {})
+    if "events" in settings.stream_query_list:
+        tables[SILVER] = {
+            "topic": TOPIC,
+            "last_batch": ev.get("batch_id"),
+            "kafka_lag": sum(max(0, high - (int(ev_done.get(tp, -1)) + 1)) for tp, high in ends.items()
+                             if tp.startswith(TOPIC + ":")),
+            "committed_at": ev.get("committed_at"),
+            "watermark": ev.get("watermark"),
+            "totals": ev.get("totals", {}),
         }
     return {
         "running": bool(info and info.get("statename") == "RUNNING"),
@@ -104,8 +134,7 @@ def wait(settings: Settings, timeout: float) -> bool:
     ends = kafka_end_offsets(settings)
     last_report = time.monotonic()
     while True:
-        progress = json.loads(status_path(settings).read_text()) if status_path(settings).exists() else {}
-        done = progress.get("offsets", {})
+        done = processed_offsets(settings)
         behind = {tp: high - (int(done.get(tp, -1)) + 1) for tp, high in ends.items()
                   if high - (int(done.get(tp, -1)) + 1) > 0}
         if not behind:

@@ -229,7 +229,32 @@ def parse_changes(
     skipped: bronze records = changes + rejects + tombstones. Primary-key
     updates arrive as a delete of the old key and a create of the new key and
     come out as those two ordinary changes. Both frames derive from
-    ``bronze_df``; persist it first if it is expensive to recompute.
+    ``bronze_df``; the streaming app uses :func:`parse_records` +
+    :func:`split_parsed` instead so it can persist the parsed frame once and
+    take both from it (the JSON is then parsed once per batch, not once per
+    action).
+    """
+    return split_parsed(parse_records(bronze_df, table_schema, key_columns))
+
+
+#: Columns of :func:`parse_records` besides the row image (``PARSED_META`` + row image = its schema).
+PARSED_META = (
+    "_op", "_commit_lsn", "_change_lsn", "_snapshot", "_snapshot_rank", "_source_ts", "_extra",
+    "_topic", "_partition", "_offset", "_kafka_timestamp", "_error", "_raw_key", "_raw_value",
+)
+
+
+def parse_records(bronze_df: DataFrame, table_schema: StructType, key_columns: Sequence[str]) -> DataFrame:
+    """Parse bronze CDC records of one table once: one row per non-tombstone record, good or bad.
+
+    Columns: the ``table_schema`` columns (typed; meaningless when ``_error``
+    is set), then ``PARSED_META``: ``_op``, the position columns, ``_snapshot``,
+    ``_source_ts``, ``_extra`` (see :func:`parse_changes`), the Kafka
+    coordinates ``_topic``/``_partition``/``_offset``/``_kafka_timestamp``,
+    ``_error`` (null for a good change, else why the record is rejected), and
+    ``_raw_key``/``_raw_value``: the raw record, kept *only* on rejected rows so
+    a persisted parsed frame does not hold a second copy of every payload.
+    :func:`split_parsed` turns it into ``(changes, rejects)``.
     """
     _check_keys(table_schema, key_columns)
     fields = list(table_schema.fields)
@@ -247,9 +272,12 @@ def parse_changes(
     staged = staged.select(
         "*",
         F.from_json(image_json, wire_schema, _JSON_OPTIONS).alias("_img"),
-        F.from_json(image_json, _STRING_MAP).alias("_img_map"),
+        # Only the field names (values are skipped, not decoded): telling whether the image has
+        # columns the table lacks is then cheap; the map below is built only when it does.
+        F.json_object_keys(image_json).alias("_img_keys"),
         F.from_json(F.col("key").cast("string"), key_schema).alias("_key"),
         F.from_json(source["sequence"], ArrayType(StringType())).alias("_seq"),
+        image_json.alias("_img_json"),
     )
 
     wires: dict[str, Column] = {}
@@ -267,7 +295,8 @@ def parse_changes(
     is_snapshot = (op == "r") | F.coalesce(snapshot_flag.isNotNull() & (F.lower(snapshot_flag) != "false"), F.lit(False))
 
     known = F.array(*[F.lit(f.name) for f in fields])
-    extra = F.map_filter(F.col("_img_map"), lambda k, _v: ~F.array_contains(known, k))
+    unknown_keys = F.filter(F.col("_img_keys"), lambda k: ~F.array_contains(known, k))
+    extra = F.map_filter(F.from_json(F.col("_img_json"), _STRING_MAP), lambda k, _v: ~F.array_contains(known, k))
 
     missing_keys = F.concat_ws(", ", *[F.when(wires[k].isNull(), F.lit(k)) for k in key_columns])
     bad_values = F.concat_ws(
@@ -326,31 +355,51 @@ def parse_changes(
         commit_lsn.alias("_commit_lsn"),
         change_lsn.alias("_change_lsn"),
         is_snapshot.alias("_snapshot"),
-        F.when(is_snapshot, F.lit(SNAPSHOT_RANK)).otherwise(F.lit(STREAM_RANK)).alias("_snapshot_rank"),
-        F.when(F.size(extra) > 0, F.to_json(extra)).alias("_extra"),
     )
-    changes = checked.where(F.col("_error").isNull()).select(
+    return checked.select(
         *[typed[f.name].cast(f.dataType).alias(f.name) for f in fields],
         op.alias("_op"),
         F.col("_commit_lsn"),
         F.col("_change_lsn"),
         F.col("_snapshot"),
-        F.col("_snapshot_rank"),
-        position_col().alias("_pos"),
+        F.when(F.col("_snapshot"), F.lit(SNAPSHOT_RANK)).otherwise(F.lit(STREAM_RANK)).alias("_snapshot_rank"),
         F.timestamp_millis(source["ts_ms"]).alias("_source_ts"),
-        F.col("_extra"),
+        F.when(F.size(unknown_keys) > 0, F.to_json(extra)).alias("_extra"),
         F.col("topic").alias("_topic"),
         F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"),
+        F.col("kafka_timestamp").alias("_kafka_timestamp"),
+        F.col("_error"),
+        F.when(F.col("_error").isNotNull(), F.col("key")).alias("_raw_key"),
+        F.when(F.col("_error").isNotNull(), F.col("value")).alias("_raw_value"),
     )
-    rejects = checked.where(F.col("_error").isNotNull()).select(
-        F.col("key").alias("raw_key"),
-        F.col("value").alias("raw_value"),
-        "topic",
-        "partition",
-        "offset",
+
+
+def split_parsed(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """:func:`parse_records` output -> ``(changes, rejects)`` as documented in :func:`parse_changes`."""
+    row_image = [c for c in parsed.columns if c not in PARSED_META]
+    changes = parsed.where(F.col("_error").isNull()).select(
+        *row_image,
+        "_op",
+        "_commit_lsn",
+        "_change_lsn",
+        "_snapshot",
+        "_snapshot_rank",
+        position_col().alias("_pos"),
+        "_source_ts",
+        "_extra",
+        "_topic",
+        "_partition",
+        "_offset",
+    )
+    rejects = parsed.where(F.col("_error").isNotNull()).select(
+        F.col("_raw_key").alias("raw_key"),
+        F.col("_raw_value").alias("raw_value"),
+        F.col("_topic").alias("topic"),
+        F.col("_partition").alias("partition"),
+        F.col("_offset").alias("offset"),
         F.col("_error").alias("error"),
-        "kafka_timestamp",
+        F.col("_kafka_timestamp").alias("kafka_timestamp"),
     )
     return changes, rejects
 

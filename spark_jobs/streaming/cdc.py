@@ -24,13 +24,17 @@ consumed in bounded steps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.io import checkpoint_location, ensure_database
@@ -49,11 +53,34 @@ from spark_jobs.streaming.common import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
 QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
+#: Delta table properties of the silver tables and their ``__deleted`` side tables.
+#: Deletion vectors let MERGE mark the replaced/deleted rows of a data file instead of
+#: rewriting the whole file (MERGE support since Delta 3.1; https://docs.delta.io/delta-deletion-vectors).
+#: A CDC batch touches rows spread over every file of a table, so without them each MERGE
+#: rewrote (nearly) the whole table. Maintenance OPTIMIZE rewrites files and drops the vectors.
+SILVER_PROPS = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+DELETED_PROPS = {"delta.enableDeletionVectors": "true"}
+
+#: SQL settings for this query's batch jobs, set on the query's own session (see ``CdcApp.process``).
+BATCH_SQL_CONF = {
+    # 2 cores and batches of a few thousand rows per table: 2 shuffle partitions per join/window.
+    # Adaptive execution is off inside streaming queries, so this is the partition count used.
+    "spark.sql.shuffle.partitions": "2",
+    # The MERGE source is a local checkpoint (see CdcApp._apply): already materialised, deterministic
+    # and cut from its lineage, so Delta's own copy of it (a localCheckpoint to disk, which "auto" makes
+    # for any non-Delta source: MergeIntoMaterializeSource.shouldMaterializeSource in delta-io/delta)
+    # would only repeat the work. Profiled: with a persisted (not checkpointed) source that copy did not
+    # hit the cache and recomputed the parse/window/join: ~half of all executor time of a batch.
+    # ("none" with a persisted source fails with DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION when another
+    # table's thread persists a frame meanwhile; a checkpointed source has no cache to look up.)
+    "spark.databricks.delta.merge.materializeSource": "none",
+}
+
 __all__ = ["QUERY", "TOPIC_PATTERN", "CdcApp", "added_column_types", "spark_type_for"]
 
 
@@ -92,6 +119,7 @@ class CdcApp:
         self.settings = settings
         self.last_maintenance = time.monotonic()
         self.timings: dict[str, float] = {}
+        self._progress_lock = threading.Lock()
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         self.progress = read_json(status_path(settings)) or self.progress
 
@@ -110,13 +138,23 @@ class CdcApp:
             create_table(self.spark, self.settings, contract.bronze, bronze_schema(), ["ingest_date"])
             silver_schema = StructType([*contract.schema.fields,
                                         *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])
-            create_table(self.spark, self.settings, contract.silver, silver_schema,
-                         props={"delta.enableChangeDataFeed": "true"})
+            create_table(self.spark, self.settings, contract.silver, silver_schema, props=SILVER_PROPS)
             deleted_schema = StructType([*[contract.schema[k] for k in contract.keys],
                                          *[StructField(c, meta_types[c]) for c in
                                            ("_snapshot_rank", "_commit_lsn", "_change_lsn")]])
-            create_table(self.spark, self.settings, contract.deleted, deleted_schema)
+            create_table(self.spark, self.settings, contract.deleted, deleted_schema, props=DELETED_PROPS)
+            self._ensure_props(contract.silver, SILVER_PROPS)
+            self._ensure_props(contract.deleted, DELETED_PROPS)
         create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
+
+    def _ensure_props(self, table: str, props: dict[str, str]) -> None:
+        """Set ``props`` on a table created before they were part of its definition (idempotent)."""
+        current = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+        missing = {k: v for k, v in props.items() if current.get(k, "").lower() != v}
+        if missing:
+            assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
+            print(f"lake stream: {table}: setting table properties {assignments}", flush=True)
+            self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({assignments})")
 
     def table_schema(self, contract: CdcTable) -> StructType:
         """The row schema in force: the silver table's columns minus metadata (superset of the contract)."""
@@ -133,47 +171,63 @@ class CdcApp:
 
         started = time.monotonic()
         app_id = query_id(self.spark, QUERY)
+        # foreachBatch hands us the query's own (cloned) session: settings made on it
+        # apply to this query's batch jobs only, not to other queries of the driver.
+        session = batch.sparkSession
+        for key, value in BATCH_SQL_CONF.items():
+            session.conf.set(key, value)
         batch = batch.persist()
+        to_release: list[DataFrame] = []
         try:
-            topics = sorted(r.topic for r in batch.select("topic").distinct().collect())
+            t0 = time.monotonic()
+            per_partition = batch.groupBy("topic", "partition").agg(
+                F.max("offset").alias("max_offset"), F.count(F.lit(1)).alias("records")).collect()
+            self.timings["batch.read"] = time.monotonic() - t0
+            topics = sorted({r.topic for r in per_partition})
             # Tables are independent (one writer each): apply them concurrently so
             # Delta commits and S3 round trips of one overlap the compute of another.
             with ThreadPoolExecutor(max_workers=max(1, min(4, len(topics)))) as pool:
-                results = list(pool.map(lambda t: self._topic(batch, batch_id, app_id, t), topics))
+                results = list(pool.map(lambda t: self._topic(session, batch, batch_id, app_id, t), topics))
             rejects_all: DataFrame | None = None
-            for rejects, timings in results:
-                rejects_all = rejects if rejects_all is None else rejects_all.unionByName(rejects)
+            for rejects, timings, cached in results:
+                to_release += cached
+                if rejects is not None:
+                    rejects_all = rejects if rejects_all is None else rejects_all.unionByName(rejects)
                 self.timings.update(timings)
+            t0 = time.monotonic()
+            # Skipping the write when nothing was rejected keeps exactly-once: a re-run of
+            # this batch sees the same records, so it makes the same decision.
             if rejects_all is not None:
                 (quarantine_rows(rejects_all, "cdc").write.format("delta").mode("append")
                  .option("txnAppId", f"{app_id}:{QUARANTINE}").option("mergeSchema", "true").option("txnVersion", batch_id)
                  .saveAsTable(QUARANTINE))
-            self._record_progress(batch, batch_id, started)
+            self.timings["quarantine"] = time.monotonic() - t0
+            self._record_progress(per_partition, batch_id, started)
             self._maybe_maintain()
         finally:
+            for frame in to_release:
+                _release(frame)
             batch.unpersist()
 
-    def _topic(self, batch: DataFrame, batch_id: int, app_id: str, topic: str) -> tuple[DataFrame, dict[str, float]]:
-        from pyspark.sql import functions as F
-
+    def _topic(self, session: SparkSession, batch: DataFrame, batch_id: int, app_id: str,
+               topic: str) -> tuple[DataFrame | None, dict[str, float], list[DataFrame]]:
         timings: dict[str, float] = {}
         t0 = time.monotonic()
-        part = bronze_columns(batch.where(F.col("topic") == topic)).persist()
+        # Derived from the persisted batch: a filter and a projection, not worth a second cache.
+        part = bronze_columns(batch.where(F.col("topic") == topic))
         contract = CDC_TABLES.get(topic)
         if contract is None:
-            return self._unknown_topic(part), timings
+            return self._unknown_topic(part), timings, []
         (part.write.format("delta").mode("append")
          .option("txnAppId", f"{app_id}:{contract.bronze}").option("txnVersion", batch_id)
          .saveAsTable(contract.bronze))
         timings[f"{contract.table}.bronze"] = time.monotonic() - t0
         t1 = time.monotonic()
-        rejects = self._apply(contract, part)
+        rejects, cached = self._apply(session, contract, part, timings)
         timings[f"{contract.table}.silver"] = time.monotonic() - t1
-        return rejects, timings
+        return rejects, timings, cached
 
     def _unknown_topic(self, part: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
         return part.select(
             F.col("key").alias("raw_key"), F.col("value").alias("raw_value"), "topic", "partition", "offset",
             F.concat(F.lit("no CDC contract for topic "), F.col("topic"),
@@ -181,62 +235,102 @@ class CdcApp:
             "kafka_timestamp",
         )
 
-    def _apply(self, contract: CdcTable, bronze: DataFrame) -> DataFrame:
+    def _parse(self, bronze: DataFrame, schema: StructType, keys: list[str]) -> tuple[DataFrame, Any]:
+        """Parse the table's records once into a persisted frame; one job also yields its summary."""
+        from spark_jobs.silver.cdc import parse_records
+
+        parsed = parse_records(bronze, schema, keys).persist()
+        good = F.col("_error").isNull()
+        extra_names = F.map_keys(F.from_json(F.col("_extra"), "map<string,string>"))
+        summary = parsed.agg(
+            F.count(F.when(good, F.lit(1))).alias("changes"),
+            F.count(F.when(~good, F.lit(1))).alias("rejects"),
+            F.array_distinct(F.flatten(F.collect_set(F.when(good, extra_names)))).alias("extra"),
+        ).first()
+        return parsed, summary
+
+    def _apply(self, session: SparkSession, contract: CdcTable, bronze: DataFrame,
+               timings: dict[str, float]) -> tuple[DataFrame | None, list[DataFrame]]:
+        """MERGE one table's batch into silver; returns its rejects (or None) and the frames to unpersist later.
+
+        Spark actions per table and batch: one aggregate over the parsed records
+        (materialises the cache; counts, added columns), one over the newest
+        change per key (materialises it; applied count, deletes, newest time),
+        the silver MERGE, and the side-table MERGE only when the batch deletes.
+        """
         from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
 
         from spark_jobs.silver.cdc import (
-            extra_column_names,
+            added_columns,
             fill_toast_within_batch,
             latest_per_key,
             merge_plan,
             newer_condition,
-            parse_changes,
             silver_columns,
+            split_parsed,
             toastable_columns,
         )
 
+        name = contract.table
+        keys = list(contract.keys)
+        t = time.monotonic()
         schema = self.table_schema(contract)
-        changes, rejects = parse_changes(bronze, schema, list(contract.keys))
-        changes = changes.persist()
-        added = [r.column for r in extra_column_names(changes).collect()]
+        parsed, summary = self._parse(bronze, schema, keys)
+        timings[f"{name}.silver.parse"] = time.monotonic() - t
+        added = added_columns(schema, list(summary["extra"] or [])) if summary else []
         if added:
-            changes.unpersist()
+            t = time.monotonic()
+            parsed.unpersist()
             self._widen(contract, bronze, added)
             schema = self.table_schema(contract)
-            changes, rejects = parse_changes(bronze, schema, list(contract.keys))
-            changes = changes.persist()
-        keys = list(contract.keys)
+            parsed, summary = self._parse(bronze, schema, keys)
+            timings[f"{name}.silver.widen"] = time.monotonic() - t
+        changes, rejects = split_parsed(parsed)
+        cached = [parsed]
+        rejects_out = rejects if summary and summary["rejects"] else None
+        if not summary or not summary["changes"]:
+            return rejects_out, cached
+
+        t = time.monotonic()
         toastable = toastable_columns(schema, keys)
         newest = latest_per_key(fill_toast_within_batch(changes, keys, toastable), keys).drop("_pos")
         # A change not newer than a recorded delete of its key is a stale re-send.
-        deleted = self.spark.table(contract.deleted).alias("d")
+        deleted = session.table(contract.deleted).alias("d")
         join = [F.col(f"s.{k}") == F.col(f"d.{k}") for k in keys]
         newest = (newest.alias("s").join(deleted, join, "left")
                   .where(F.col(f"d.{keys[0]}").isNull() | F.expr(newer_condition("d", "s")))
-                  .select("s.*")).persist()
+                  .select("s.*")).localCheckpoint(eager=True)
+        cached.append(newest)
+        stats = newest.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("_op") == "d", F.lit(1))).alias("deletes"),
+                           F.max("_source_ts").alias("newest")).first()
+        timings[f"{name}.silver.newest"] = time.monotonic() - t
+        if not stats or not stats["n"]:
+            return rejects_out, cached
+
+        t = time.monotonic()
         plan = merge_plan(keys, silver_columns(schema), toastable)
         source = newest.select(*silver_columns(schema))
-        (DeltaTable.forName(self.spark, contract.silver).alias("t").merge(source.alias("s"), plan.condition)
+        (DeltaTable.forName(session, contract.silver).alias("t").merge(source.alias("s"), plan.condition)
          .whenMatchedDelete(condition=plan.delete_condition)
          .whenMatchedUpdate(condition=plan.update_condition, set=dict(plan.update_set))
          .whenNotMatchedInsert(condition=plan.insert_condition, values=dict(plan.insert_values))
          .execute())
-        deletes = newest.where(F.col("_op") == "d").select(*keys, "_snapshot_rank", "_commit_lsn", "_change_lsn")
-        if deletes.take(1):
+        timings[f"{name}.silver.merge"] = time.monotonic() - t
+        if stats["deletes"]:
+            t = time.monotonic()
+            deletes = newest.where(F.col("_op") == "d").select(*keys, "_snapshot_rank", "_commit_lsn", "_change_lsn")
             cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-            (DeltaTable.forName(self.spark, contract.deleted).alias("t").merge(deletes.alias("s"), cond)
+            (DeltaTable.forName(session, contract.deleted).alias("t").merge(deletes.alias("s"), cond)
              .whenMatchedUpdateAll(condition=newer_condition("t", "s"))
              .whenNotMatchedInsertAll().execute())
-        stats = source.agg(F.count(F.lit(1)).alias("n"), F.max("_source_ts").alias("newest")).first()
-        table_progress = self.progress["tables"].setdefault(contract.silver, {})
-        table_progress["changes_applied"] = int(table_progress.get("changes_applied", 0)) + int(stats["n"] if stats else 0)
-        if stats and stats["newest"] is not None:
-            newest_ts = stats["newest"].replace(tzinfo=UTC).isoformat()
-            table_progress["newest_change"] = max(newest_ts, table_progress.get("newest_change", ""))
-        newest.unpersist()
-        changes.unpersist()
-        return rejects
+            timings[f"{name}.silver.deleted_merge"] = time.monotonic() - t
+        with self._progress_lock:
+            table_progress = self.progress["tables"].setdefault(contract.silver, {})
+            table_progress["changes_applied"] = int(table_progress.get("changes_applied", 0)) + int(stats["n"])
+            if stats["newest"] is not None:
+                newest_ts = stats["newest"].replace(tzinfo=UTC).isoformat()
+                table_progress["newest_change"] = max(newest_ts, table_progress.get("newest_change", ""))
+        return rejects_out, cached
 
     def _widen(self, contract: CdcTable, bronze: DataFrame, added: list[str]) -> None:
         from pyspark.sql import functions as F
@@ -249,11 +343,7 @@ class CdcApp:
         print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
         self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
 
-    def _record_progress(self, batch: DataFrame, batch_id: int, started: float) -> None:
-        from pyspark.sql import functions as F
-
-        per_partition = batch.groupBy("topic", "partition").agg(
-            F.max("offset").alias("max_offset"), F.count(F.lit(1)).alias("records")).collect()
+    def _record_progress(self, per_partition: list[Any], batch_id: int, started: float) -> None:
         offsets = {f"{r.topic}:{r.partition}": int(r.max_offset) for r in per_partition}
         self.progress["offsets"].update(offsets)
         self.progress.update({
@@ -276,6 +366,16 @@ class CdcApp:
                 self.spark.sql(f"OPTIMIZE {name}")
                 self.spark.sql(f"VACUUM {name} RETAIN 168 HOURS")
         self.last_maintenance = time.monotonic()
+
+
+def _release(frame: DataFrame) -> None:
+    """Drop a frame's cached blocks: ``unpersist`` for a persisted frame, the RDD's blocks for a local checkpoint."""
+    frame.unpersist()
+    # Best effort: the context cleaner drops the blocks when the RDD is garbage-collected anyway.
+    with contextlib.suppress(Exception):
+        plan = frame._jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:

@@ -1,0 +1,182 @@
+"""``lake bench events``: ingest, catch-up and hot-table freshness of the events path, in one run.
+
+1. Steady load: ``lake loadgen events --rate R --duration D`` while the
+   streaming app runs. Reports events produced per second (the loadgen's
+   delivery reports), events landed in bronze per second (the app's ledger rows
+   for those offsets) and freshness p50/p95/max: for every on-time event of the
+   run, the moment the hot tables' MERGE of its batch committed (a query on a hot
+   table includes the event from then on) minus its produce time (Kafka
+   ``CreateTime`` set by the producer).
+2. Catch-up: the app is stopped, a backlog of ``--backlog`` events is produced,
+   the app is started again; the ingest rate is backlog events / time from the
+   first to the last batch commit of the backlog (from the ledger), and the wall
+   time including the driver's start-up is printed too.
+3. Raw ceiling, same run, same backlog: a plain confluent-kafka consumer reads
+   the backlog's offsets without writing anything; catch-up / ceiling is the
+   ratio the app reaches of what the broker can hand out on this machine.
+
+Figures only: nothing here asserts a target (machines are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.bench import _percentile
+from spark_jobs.settings import Settings, load_settings
+
+
+def _loadgen(settings: Settings, rate: float, duration: float, seed: int, manifest: Path,
+             extra: Sequence[str] = ()) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "spark_jobs.cli", "loadgen", "events", "--rate", str(rate), "--duration",
+           str(duration), "--seed", str(seed), "--manifest", str(manifest), *extra]
+    print(f"bench events: {' '.join(cmd[2:])}", flush=True)
+    subprocess.run(cmd, check=True)
+    doc: dict[str, Any] = json.loads(manifest.read_text())
+    return doc
+
+
+def _produced_per_second(manifest: dict[str, Any]) -> float:
+    span = float(manifest.get("last_produce_epoch", 0)) - float(manifest.get("first_produce_epoch", 0))
+    return manifest["total_sent"] / span if span > 0 else float("nan")
+
+
+def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple[int, float]:
+    """Records/s a plain consumer reads ``ranges`` of the events topic, writing nothing."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from spark_jobs.contracts.events import TOPIC
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"_lake_bench_{time.time()}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                         "max.partition.fetch.bytes": 10485760})
+    consumer.assign([TopicPartition(TOPIC, p, lo) for p, (lo, _hi) in ranges.items()])
+    remaining = {p: hi for p, (_lo, hi) in ranges.items()}
+    n = 0
+    started = time.monotonic()
+    try:
+        while remaining and time.monotonic() - started < 600:
+            for msg in consumer.consume(num_messages=10000, timeout=1.0):
+                if msg.error():
+                    continue
+                p = msg.partition()
+                if p in remaining and msg.offset() <= remaining[p]:
+                    n += 1
+                    if msg.offset() == remaining[p]:
+                        del remaining[p]
+    finally:
+        consumer.close()
+    seconds = time.monotonic() - started
+    return n, n / seconds if seconds > 0 else float("nan")
+
+
+def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
+    """Ledger rows of the batches that read any offset in ``ranges``."""
+    from spark_jobs.streaming.events import LEDGER
+
+    rows = spark.table(LEDGER).orderBy("batch_id").collect()
+    out = []
+    for r in rows:
+        for p, span in (r.offsets or {}).items():
+            lo, hi = (int(x) for x in span.split("-"))
+            want = ranges.get(int(p))
+            if want and lo <= want[1] and hi >= want[0]:
+                out.append(r)
+                break
+    return out
+
+
+def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
+    """Seconds from produce time to the hot commit of its batch, per on-time event in ``ranges``."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.reconcile import _in_ranges
+    from spark_jobs.streaming.events import LEDGER, SILVER
+
+    silver = spark.table(SILVER).where(_in_ranges(F.col("_partition"), F.col("_offset"), ranges) & ~F.col("_late"))
+    ledger = spark.table(LEDGER).select(F.col("batch_id").alias("_batch_id"), "hot_committed_at")
+    lat = silver.join(ledger, "_batch_id").select(
+        (F.col("hot_committed_at").cast("double") - F.col("_kafka_timestamp").cast("double")).alias("s"))
+    return [float(r.s) for r in lat.collect()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from spark_jobs import stream_control
+    from spark_jobs.reconcile import manifest_ranges
+    from spark_jobs.session import build_session
+
+    p = argparse.ArgumentParser(prog="lake bench events", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rate", type=float, default=5000, help="steady produce rate, events/s (default 5000)")
+    p.add_argument("--duration", type=float, default=60, help="steady load seconds (default 60)")
+    p.add_argument("--backlog", type=int, default=1_000_000, help="catch-up backlog size (default 1,000,000)")
+    p.add_argument("--backlog-rate", type=float, default=100_000, help="produce rate while building the backlog")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--skip-steady", action="store_true")
+    p.add_argument("--skip-catchup", action="store_true")
+    args = p.parse_args(argv)
+    settings = load_settings()
+    work = settings.run_dir / "bench-events"
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    spark = build_session(settings, "lake-bench-events")
+    spark.sparkContext.setLogLevel("ERROR")
+
+    if not args.skip_steady:
+        stream_control.start(settings)
+        if not stream_control.wait(settings, 900):
+            print("bench events: the app did not catch up before the steady run", file=sys.stderr)
+            return 1
+        steady = _loadgen(settings, args.rate, args.duration, args.seed, work / "steady.json")
+        if not stream_control.wait(settings, 900):
+            print("bench events: the app did not catch up after the steady run", file=sys.stderr)
+            return 1
+        ranges = manifest_ranges(steady)
+        rows = _ledger_rows(spark, ranges)
+        landed = sum(int(r.received) for r in rows)
+        span = (rows[-1].hot_committed_at - rows[0].hot_committed_at).total_seconds() if len(rows) > 1 else 0.0
+        fresh = freshness(spark, ranges)
+        results["steady"] = {
+            "target_rate": args.rate, "produced": steady["total_sent"],
+            "produced_per_s": round(_produced_per_second(steady), 1),
+            "landed_per_s": round(landed / span, 1) if span > 0 else None,
+            "batches": len(rows), "batch_seconds_p50": round(_percentile([r.batch_seconds for r in rows], 0.5), 2),
+            "freshness_events": len(fresh),
+            "freshness_p50_s": round(_percentile(fresh, 0.5), 2), "freshness_p95_s": round(_percentile(fresh, 0.95), 2),
+            "freshness_max_s": round(max(fresh), 2) if fresh else None,
+        }
+        print(f"bench events steady: {json.dumps(results['steady'])}", flush=True)
+
+    if not args.skip_catchup:
+        stream_control.stop(settings)
+        duration = args.backlog / args.backlog_rate
+        backlog = _loadgen(settings, args.backlog_rate, duration, args.seed + 1, work / "backlog.json",
+                           ["--max-events", str(args.backlog)])
+        ranges = manifest_ranges(backlog)
+        n_raw, raw_rate = raw_ceiling(settings, ranges)
+        t0 = time.monotonic()
+        stream_control.start(settings)
+        if not stream_control.wait(settings, 3600):
+            print("bench events: the app did not catch up with the backlog", file=sys.stderr)
+            return 1
+        wall = time.monotonic() - t0
+        rows = _ledger_rows(spark, ranges)
+        landed = sum(int(r.received) for r in rows)
+        first_start = rows[0].hot_committed_at.timestamp() - float(rows[0].batch_seconds)
+        span = rows[-1].hot_committed_at.timestamp() - first_start
+        rate = landed / span if span > 0 else float("nan")
+        results["catchup"] = {
+            "backlog": backlog["total_sent"], "produced_per_s": round(_produced_per_second(backlog), 1),
+            "batches": len(rows), "ingest_per_s": round(rate, 1), "wall_seconds_incl_startup": round(wall, 1),
+            "raw_ceiling_records": n_raw, "raw_ceiling_per_s": round(raw_rate, 1),
+            "ingest_to_ceiling_ratio": round(rate / raw_rate, 3) if raw_rate else None,
+        }
+        print(f"bench events catch-up: {json.dumps(results['catchup'])}", flush=True)
+    print(json.dumps(results, indent=2))
+    return 0
