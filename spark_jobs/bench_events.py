@@ -66,10 +66,10 @@ def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple
             for msg in consumer.consume(num_messages=10000, timeout=1.0):
                 if msg.error():
                     continue
-                p = msg.partition()
-                if p in remaining and msg.offset() <= remaining[p]:
+                p, off = msg.partition(), msg.offset()
+                if p is not None and off is not None and p in remaining and off <= remaining[p]:
                     n += 1
-                    if msg.offset() == remaining[p]:
+                    if off == remaining[p]:
                         del remaining[p]
     finally:
         consumer.close()

@@ -93,7 +93,7 @@ def ledger(spark: SparkSession, ranges: dict[int, tuple[int, int]] | None) -> di
         "silver_by_event_type": {r.event_type: int(r.n) for r in
                                  silver.groupBy("event_type").agg(F.count(F.lit(1)).alias("n")).collect()},
         "silver_purchase_revenue": str(silver.where(F.col("event_type") == "purchase")
-                                       .agg(F.coalesce(F.sum("revenue"), F.lit(0)).cast("decimal(38,2)")).first()[0]),
+                                       .agg(F.coalesce(F.sum("revenue"), F.lit(0)).cast("decimal(38,2)")).collect()[0][0]),
     }
     for frame in (bronze, silver, quarantine):
         frame.unpersist()

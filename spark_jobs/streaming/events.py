@@ -55,7 +55,7 @@ from spark_jobs.streaming.common import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
 QUERY = "lake_events"

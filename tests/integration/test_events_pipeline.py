@@ -56,7 +56,7 @@ def _reconcile(settings: Settings, name: str) -> dict[str, object]:
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
     proc = run_lake("reconcile", "events", "--manifest", str(_manifest(settings, name)), "--all-windows", "--json",
                     check=False, timeout=900)
-    report = json.loads(proc.stdout)
+    report: dict[str, object] = json.loads(proc.stdout)
     assert report["problems"] == [], json.dumps(report, indent=1, default=str)
     assert proc.returncode == 0
     return report
