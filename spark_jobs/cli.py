@@ -79,8 +79,22 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Sub-commands whose arguments belong to the module they run (``lake loadgen events --rate 10``):
+#: everything after ``<command> <kind>`` is handed over verbatim. argparse's REMAINDER does not
+#: do that when the first argument is an option, so these are split off before parsing.
+_PASS_THROUGH = {"loadgen", "bench", "reconcile", "job"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] | None = None
+    if len(argv) >= 2 and argv[0] in _PASS_THROUGH and not argv[1].startswith("-"):
+        argv, rest = argv[:2], argv[2:]
+        if rest[:1] == ["--"]:
+            rest = rest[1:]
     args = _build_parser().parse_args(argv)
+    if rest is not None:
+        args.args = rest
     from spark_jobs.connectors import ConnectorError
     from spark_jobs.stack.supervisor import StackError
 

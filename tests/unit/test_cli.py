@@ -1,0 +1,31 @@
+"""The `lake` CLI hands a module's own options to it verbatim (no services)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spark_jobs import cli
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["loadgen", "events", "--rate", "10", "--duration", "1"], ["--rate", "10", "--duration", "1"]),
+    (["loadgen", "events", "--", "--rate", "10"], ["--rate", "10"]),
+    (["loadgen", "events"], []),
+])
+def test_options_after_the_kind_reach_the_module(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                 expected: list[str]) -> None:
+    from spark_jobs.loadgen import events
+
+    seen: list[Any] = []
+    monkeypatch.setattr(events, "main", lambda args: seen.append(list(args)) or 0)
+    assert cli.main(argv) == 0
+    assert seen == [expected]
+
+
+def test_unknown_kind_is_still_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["loadgen", "nosuch", "--rate", "1"])
+    assert exc.value.code == 2
+    assert "nosuch" in capsys.readouterr().err
