@@ -93,7 +93,7 @@ def test_bad_records_land_in_quarantine_with_reason_and_coordinates(events: Sett
 
 def test_driver_sigkilled_during_load_still_reconciles(events: Settings) -> None:
     rng = random.Random(17)
-    load = _loadgen(events, "sigkill", rate=1500, duration=45, seed=202)
+    load = _loadgen(events, "sigkill", rate=1500, duration=30, seed=202)
     for _ in range(2):
         time.sleep(rng.uniform(8, 16))
         pid = kill_program(events, "stream")
@@ -103,7 +103,7 @@ def test_driver_sigkilled_during_load_still_reconciles(events: Settings) -> None
 
 
 def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
-    load = _loadgen(events, "broker", rate=1500, duration=40, seed=303)
+    load = _loadgen(events, "broker", rate=1500, duration=30, seed=303)
     time.sleep(random.Random(18).uniform(6, 12))
     supervisor.stop_program(events, "kafka")
     time.sleep(5)
