@@ -40,7 +40,7 @@ test-unit:
 test: setup
 	@set -o pipefail; rc=0; \
 	$(LAKE) stack up || rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v tests || rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 tests || rc=$$?; fi; \
 	$(LAKE) stack down || true; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \
 	exit $$rc

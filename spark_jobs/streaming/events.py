@@ -244,11 +244,14 @@ class EventsApp:
         deltas = (window_deltas(new, view).withColumn("updated_at", F.current_timestamp())
                   .withColumn("_batch", F.lit(batch_id).cast("bigint")))
         source = f"_hot_{view.table.split('.')[1]}_{batch_id}"
+        # The view lives in the session of the batch's frames: foreachBatch hands over a clone
+        # of the driver's session, and a temp view of one session is invisible in another.
+        session = deltas.sparkSession
         deltas.createOrReplaceTempView(source)
         try:
-            self.spark.sql(merge_sql(view, view.table, source))
+            session.sql(merge_sql(view, view.table, source))
         finally:
-            self.spark.catalog.dropTempView(source)
+            session.catalog.dropTempView(source)
 
     def _restore(self, batch_id: int) -> None:
         """After a (re)start: watermark and dedup index as they were before ``batch_id``."""
