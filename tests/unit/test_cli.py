@@ -19,7 +19,12 @@ def test_options_after_the_kind_reach_the_module(monkeypatch: pytest.MonkeyPatch
     from spark_jobs.loadgen import events
 
     seen: list[Any] = []
-    monkeypatch.setattr(events, "main", lambda args: seen.append(list(args)) or 0)
+
+    def fake_main(args: list[str]) -> int:
+        seen.append(list(args))
+        return 0
+
+    monkeypatch.setattr(events, "main", fake_main)
     assert cli.main(argv) == 0
     assert seen == [expected]
 
