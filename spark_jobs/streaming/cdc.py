@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
-from spark_jobs.io import checkpoint_location, ensure_database
+from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
     bronze_columns,
@@ -47,6 +47,7 @@ from spark_jobs.streaming.common import (
     quarantine_schema,
     query_id,
     read_json,
+    start_kafka_query,
     status_path,
     write_json_atomic,
 )
@@ -382,16 +383,5 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the CDC tables and start ``lake_cdc`` (Kafka ``shop.public.*`` -> foreachBatch)."""
     app = CdcApp(spark, settings)
     app.ensure_tables()
-    source = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-              .option("subscribePattern", TOPIC_PATTERN)
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", settings.stream_max_offsets_per_trigger)
-              # Bronze is the archive: silently skipping lost offsets would lose data.
-              .option("failOnDataLoss", "true")
-              .load())
-    return (source.writeStream.queryName(QUERY)
-            .foreachBatch(app.process)
-            .option("checkpointLocation", checkpoint_location(settings, QUERY))
-            .trigger(processingTime=f"{settings.stream_trigger_seconds} seconds")
-            .start())
+    return start_kafka_query(spark, settings, QUERY, ("subscribePattern", TOPIC_PATTERN),
+                             settings.stream_max_offsets_per_trigger, settings.stream_trigger_seconds, app.process)

@@ -11,6 +11,7 @@ from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
 
@@ -108,3 +109,26 @@ def query_id(spark: SparkSession, name: str) -> str:
         if query.name == name:
             return str(query.id)
     raise RuntimeError(f"streaming query {name} is not active")
+
+
+def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscription: tuple[str, str],
+                      max_offsets: int, trigger_seconds: int, process: Any) -> StreamingQuery:
+    """Start query ``name``: Kafka (``subscription`` = ("subscribe" | "subscribePattern", value)) -> foreachBatch.
+
+    Bounded batches (``maxOffsetsPerTrigger``), one checkpoint per query, and
+    ``failOnDataLoss``: bronze is the archive, silently skipping lost offsets would lose data.
+    """
+    from spark_jobs.io import checkpoint_location
+
+    source = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+              .option(*subscription)
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", max_offsets)
+              .option("failOnDataLoss", "true")
+              .load())
+    return (source.writeStream.queryName(name)
+            .foreachBatch(process)
+            .option("checkpointLocation", checkpoint_location(settings, name))
+            .trigger(processingTime=f"{trigger_seconds} seconds")
+            .start())

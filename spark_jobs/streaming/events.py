@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.hot.events import HOT_VIEWS, HotView, hot_schema, merge_sql, window_deltas
-from spark_jobs.io import checkpoint_location, ensure_database
+from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
     bronze_columns,
@@ -50,6 +50,7 @@ from spark_jobs.streaming.common import (
     quarantine_schema,
     query_id,
     read_json,
+    start_kafka_query,
     write_json_atomic,
 )
 
@@ -327,15 +328,5 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     ensure_topic(settings.kafka_bootstrap, TOPIC)
     app = EventsApp(spark, settings)
     app.ensure_tables()
-    source = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-              .option("subscribe", TOPIC)
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", settings.events_max_offsets_per_trigger)
-              .option("failOnDataLoss", "true")
-              .load())
-    return (source.writeStream.queryName(QUERY)
-            .foreachBatch(app.process)
-            .option("checkpointLocation", checkpoint_location(settings, QUERY))
-            .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
-            .start())
+    return start_kafka_query(spark, settings, QUERY, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger,
+                             settings.events_trigger_seconds, app.process)
