@@ -11,7 +11,6 @@ the streaming driver, and restart the Kafka broker, during the load.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -24,13 +23,6 @@ import pytest
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack import health, supervisor
 from tests.integration.conftest import LAKE, kill_program, run_lake, wait_running
-
-# The crash tests (driver SIGKILL, broker restart) and the status check were not run to the end
-# in the session that wrote them: they are opt-in (EVENTS_E2E=1) until verified. Note: a seeded
-# run repeated on the same stack is de-duplicated against the first one (same event ids), so run
-# these on a fresh state dir.
-_OPT_IN = pytest.mark.skipif(os.environ.get("EVENTS_E2E") != "1",
-                             reason="not yet verified end to end (issue 4); EVENTS_E2E=1 runs it")
 
 LOAD = ("--late", "0.05", "--dup", "0.05", "--bad", "0.04")
 
@@ -99,7 +91,6 @@ def test_bad_records_land_in_quarantine_with_reason_and_coordinates(events: Sett
     assert rows["oversized"]["longest"] > MAX_EVENT_BYTES  # the raw bytes are kept whole
 
 
-@_OPT_IN
 def test_driver_sigkilled_during_load_still_reconciles(events: Settings) -> None:
     rng = random.Random(17)
     load = _loadgen(events, "sigkill", rate=1500, duration=30, seed=202)
@@ -111,7 +102,6 @@ def test_driver_sigkilled_during_load_still_reconciles(events: Settings) -> None
     _reconcile(events, "sigkill")
 
 
-@_OPT_IN
 def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
     load = _loadgen(events, "broker", rate=1500, duration=30, seed=303)
     time.sleep(random.Random(18).uniform(6, 12))
@@ -129,7 +119,6 @@ def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
     _reconcile(events, "broker")
 
 
-@_OPT_IN
 def test_stream_status_shows_the_events_query(events: Settings) -> None:
     rep = json.loads(run_lake("stream", "status", "--json").stdout)
     t = rep["tables"]["silver.events"]
