@@ -44,8 +44,9 @@ def _loadgen(settings: Settings, rate: float, duration: float, seed: int, manife
 
 
 def _produced_per_second(manifest: dict[str, Any]) -> float:
-    span = float(manifest.get("last_produce_epoch", 0)) - float(manifest.get("first_produce_epoch", 0))
-    return manifest["total_sent"] / span if span > 0 else float("nan")
+    """Delivered records / seconds from the first produce call to the final flush (the loadgen's manifest)."""
+    span = float(manifest.get("elapsed_with_flush_s") or 0)
+    return float(manifest.get("delivered", manifest["total_sent"])) / span if span > 0 else float("nan")
 
 
 def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple[int, float]:
@@ -156,8 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_catchup:
         stream_control.stop(settings)
         duration = args.backlog / args.backlog_rate
-        backlog = _loadgen(settings, args.backlog_rate, duration, args.seed + 1, work / "backlog.json",
-                           ["--max-events", str(args.backlog)])
+        # The loadgen sends exactly round(rate * duration) records.
+        backlog = _loadgen(settings, args.backlog_rate, duration, args.seed + 1, work / "backlog.json")
         ranges = manifest_ranges(backlog)
         n_raw, raw_rate = raw_ceiling(settings, ranges)
         t0 = time.monotonic()
