@@ -122,15 +122,19 @@ def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds:
             driver.stop()  # never leave our child driver running
 
 
+def _cdc_status(settings: Settings) -> dict[str, Any]:
+    from spark_jobs.streaming.common import read_json, status_path
+
+    return read_json(status_path(settings)) or {}
+
+
 def _first_batch_start(settings: Settings, after_batch: int | None, timeout: float) -> float | None:
     """Wall-clock start (epoch s) of the first batch committed with an id above ``after_batch``."""
     from datetime import datetime
 
-    from spark_jobs.streaming.common import read_json, status_path
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        doc = read_json(status_path(settings)) or {}
+        doc = _cdc_status(settings)
         batch = doc.get("batch_id")
         if batch is not None and (after_batch is None or int(batch) > after_batch) and doc.get("committed_at"):
             return datetime.fromisoformat(doc["committed_at"]).timestamp() - float(doc.get("batch_seconds", 0))
@@ -138,15 +142,8 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
     return None
 
 
-def _last_batch(settings: Settings) -> int | None:
-    from spark_jobs.streaming.common import read_json, status_path
-
-    batch = (read_json(status_path(settings)) or {}).get("batch_id")
-    return int(batch) if batch is not None else None
-
-
 def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
-               driver: _Driver, warmup: float = 60) -> dict[str, Any]:
+               driver: _Driver, warmup: float) -> dict[str, Any]:
     from spark_jobs import stream_control
     from spark_jobs.loadgen.cdc import run as loadgen
     from spark_jobs.session import build_session
@@ -193,7 +190,8 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     loadgen(settings, rate=1_000_000, duration=backlog_seconds, seed=seed + 1)
     time.sleep(15)  # let Debezium flush the backlog into Kafka
     backlog = _total_end_offsets(settings) - before
-    batch_before = _last_batch(settings)
+    last = _cdc_status(settings).get("batch_id")
+    batch_before = int(last) if last is not None else None
     t1 = time.monotonic()
     driver.start()
     first_start = _first_batch_start(settings, batch_before, 900)
