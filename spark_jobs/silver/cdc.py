@@ -445,6 +445,23 @@ def latest_per_key(changes: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     return changes.withColumn("_rn", F.row_number().over(order)).where(F.col("_rn") == 1).drop("_rn")
 
 
+def drop_superseded_by_delete(newest: DataFrame, deletes: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """Drop the changes not newer than a recorded delete of their key (stale re-sends after a delete).
+
+    ``deletes`` holds delete markers (the key columns and ``POSITION_COLUMNS``),
+    any number per key: the streaming app appends one per applied delete and
+    never updates them, so a key deleted twice has two. A change survives when
+    no marker of its key is at its position or later, which is the same as
+    being newer than the key's newest marker. Silver no longer holds a deleted
+    row, so without this an old insert re-sent by Connect would bring it back.
+    Grain and columns of ``newest`` unchanged.
+    """
+    same_key = [F.col(f"s.{_q(k)}") == F.col(f"d.{_q(k)}") for k in key_columns]
+    not_newer = ~F.expr(newer_condition("d", "s"))
+    markers = deletes.select(*[F.col(_q(k)) for k in key_columns], *POSITION_COLUMNS).alias("d")
+    return newest.alias("s").join(markers, [*same_key, not_newer], "left_anti")
+
+
 def silver_columns(table_schema: StructType) -> list[str]:
     """Columns a silver CDC table stores: the row image, then ``SILVER_METADATA_COLUMNS``."""
     return [*table_schema.names, *SILVER_METADATA_COLUMNS]

@@ -7,7 +7,8 @@ Subscribes to every ``shop.public.*`` topic and, per micro-batch (``foreachBatch
    with the query id and the batch id, so a batch replayed after a crash is
    written once;
 2. parses the Debezium envelopes (``spark_jobs.silver.cdc``), keeps the newest
-   change per key, drops changes not newer than a recorded delete of that key,
+   change per key, drops changes not newer than a recorded delete of that key
+   (delete markers are appended to ``silver.<table>__deleted``),
    and MERGEs into ``silver.<table>`` guarded by the source position, so
    replays and Connect re-sends are no-ops;
 3. appends every record it cannot parse or apply to ``quarantine.cdc`` (raw
@@ -59,19 +60,22 @@ if TYPE_CHECKING:
 
 QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
-#: Delta table properties of the silver tables and their ``__deleted`` side tables.
-#: Deletion vectors let MERGE mark the replaced/deleted rows of a data file instead of
-#: rewriting the whole file (MERGE support since Delta 3.1; https://docs.delta.io/delta-deletion-vectors).
+#: Delta table properties of the silver tables. Deletion vectors let MERGE mark the
+#: replaced/deleted rows of a data file instead of rewriting the whole file (MERGE support since Delta 3.1; https://docs.delta.io/delta-deletion-vectors).
 #: A CDC batch touches rows spread over every file of a table, so without them each MERGE
 #: rewrote (nearly) the whole table. Maintenance OPTIMIZE rewrites files and drops the vectors.
 SILVER_PROPS = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
-DELETED_PROPS = {"delta.enableDeletionVectors": "true"}
+#: The ``__deleted`` side tables (delete markers) are append-only: no MERGE, so no vectors needed.
+DELETED_PROPS: dict[str, str] = {}
 
 #: SQL settings for this query's batch jobs, set on the query's own session (see ``CdcApp.process``).
 BATCH_SQL_CONF = {
-    # 2 cores and batches of a few thousand rows per table: 2 shuffle partitions per join/window.
-    # Adaptive execution is off inside streaming queries, so this is the partition count used.
-    "spark.sql.shuffle.partitions": "2",
+    # One shuffle partition per join/window: the four tables of a batch run in parallel threads
+    # (one per table), which already keep the cores busy, and each MERGE then writes one new file
+    # per table instead of one per partition: fewer files for the next MERGE to touch and mark
+    # with deletion vectors. Adaptive execution is off inside streaming queries, so this is the
+    # partition count used.
+    "spark.sql.shuffle.partitions": "1",
     # The MERGE source is a local checkpoint (see CdcApp._apply): already materialised, deterministic
     # and cut from its lineage, so Delta's own copy of it (a localCheckpoint to disk, which "auto" makes
     # for any non-Delta source: MergeIntoMaterializeSource.shouldMaterializeSource in delta-io/delta)
@@ -224,7 +228,7 @@ class CdcApp:
          .saveAsTable(contract.bronze))
         timings[f"{contract.table}.bronze"] = time.monotonic() - t0
         t1 = time.monotonic()
-        rejects, cached = self._apply(session, contract, part, timings)
+        rejects, cached = self._apply(session, contract, part, timings, app_id, batch_id)
         timings[f"{contract.table}.silver"] = time.monotonic() - t1
         return rejects, timings, cached
 
@@ -250,23 +254,24 @@ class CdcApp:
         ).first()
         return parsed, summary
 
-    def _apply(self, session: SparkSession, contract: CdcTable, bronze: DataFrame,
-               timings: dict[str, float]) -> tuple[DataFrame | None, list[DataFrame]]:
+    def _apply(self, session: SparkSession, contract: CdcTable, bronze: DataFrame, timings: dict[str, float],
+               app_id: str, batch_id: int) -> tuple[DataFrame | None, list[DataFrame]]:
         """MERGE one table's batch into silver; returns its rejects (or None) and the frames to unpersist later.
 
         Spark actions per table and batch: one aggregate over the parsed records
         (materialises the cache; counts, added columns), one over the newest
         change per key (materialises it; applied count, deletes, newest time),
-        the silver MERGE, and the side-table MERGE only when the batch deletes.
+        the silver MERGE, and an append of delete markers only when the batch deletes.
         """
         from delta.tables import DeltaTable
 
         from spark_jobs.silver.cdc import (
+            POSITION_COLUMNS,
             added_columns,
+            drop_superseded_by_delete,
             fill_toast_within_batch,
             latest_per_key,
             merge_plan,
-            newer_condition,
             silver_columns,
             split_parsed,
             toastable_columns,
@@ -296,11 +301,7 @@ class CdcApp:
         toastable = toastable_columns(schema, keys)
         newest = latest_per_key(fill_toast_within_batch(changes, keys, toastable), keys).drop("_pos")
         # A change not newer than a recorded delete of its key is a stale re-send.
-        deleted = session.table(contract.deleted).alias("d")
-        join = [F.col(f"s.{k}") == F.col(f"d.{k}") for k in keys]
-        newest = (newest.alias("s").join(deleted, join, "left")
-                  .where(F.col(f"d.{keys[0]}").isNull() | F.expr(newer_condition("d", "s")))
-                  .select("s.*")).localCheckpoint(eager=True)
+        newest = drop_superseded_by_delete(newest, session.table(contract.deleted), keys).localCheckpoint(eager=True)
         cached.append(newest)
         stats = newest.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("_op") == "d", F.lit(1))).alias("deletes"),
                            F.max("_source_ts").alias("newest")).first()
@@ -318,13 +319,16 @@ class CdcApp:
          .execute())
         timings[f"{name}.silver.merge"] = time.monotonic() - t
         if stats["deletes"]:
+            # Delete markers are appended, never merged: a blind idempotent append is one
+            # write and commit, where a MERGE scanned the side table and wrote deletion
+            # vectors (~a dozen Spark jobs per batch). Readers take any marker at or after
+            # a change's position (drop_superseded_by_delete), so older markers do no harm.
             t = time.monotonic()
-            deletes = newest.where(F.col("_op") == "d").select(*keys, "_snapshot_rank", "_commit_lsn", "_change_lsn")
-            cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-            (DeltaTable.forName(session, contract.deleted).alias("t").merge(deletes.alias("s"), cond)
-             .whenMatchedUpdateAll(condition=newer_condition("t", "s"))
-             .whenNotMatchedInsertAll().execute())
-            timings[f"{name}.silver.deleted_merge"] = time.monotonic() - t
+            deletes = newest.where(F.col("_op") == "d").select(*keys, *POSITION_COLUMNS)
+            (deletes.write.format("delta").mode("append")
+             .option("txnAppId", f"{app_id}:{contract.deleted}").option("txnVersion", batch_id)
+             .saveAsTable(contract.deleted))
+            timings[f"{name}.silver.deleted_append"] = time.monotonic() - t
         with self._progress_lock:
             table_progress = self.progress["tables"].setdefault(contract.silver, {})
             table_progress["changes_applied"] = int(table_progress.get("changes_applied", 0)) + int(stats["n"])
@@ -363,7 +367,7 @@ class CdcApp:
         if interval <= 0 or time.monotonic() - self.last_maintenance < interval:
             return
         for contract in CDC_TABLES.values():
-            for name in (contract.silver, contract.bronze):
+            for name in (contract.silver, contract.deleted, contract.bronze):
                 self.spark.sql(f"OPTIMIZE {name}")
                 self.spark.sql(f"VACUUM {name} RETAIN 168 HOURS")
         self.last_maintenance = time.monotonic()

@@ -16,7 +16,9 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.silver.cdc import (
+    POSITION_COLUMNS,
     UNAVAILABLE_VALUE,
+    drop_superseded_by_delete,
     latest_per_key,
     merge_condition,
     merge_plan,
@@ -125,6 +127,29 @@ def test_delete_then_reinsert_same_key(spark: Any) -> None:
     assert gone.count() == 0
     back = apply(gone, parsed(spark, [reinserted], first_offset=2))
     assertDataFrameEqual(back.select(SHOWN), shown(spark, [(1, "again", "n", "c", 1, 300, 310)]))
+
+
+def test_resent_change_after_delete_is_dropped_by_the_delete_markers(spark: Any) -> None:
+    """Silver forgets a deleted row, the append-only marker table does not: a re-sent older insert stays out."""
+    created = change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)
+    deleted = change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)
+    deleted_again = change("d", {"id": 1}, before={"id": 1}, commit=150, lsn=160)
+    reinserted = change("c", {"id": 1}, after=row(1, "again"), commit=300, lsn=310)
+    other = change("c", {"id": 2}, after=row(2), commit=100, lsn=120)
+    # Markers as the app appends them: one per applied delete, two for key 1 (order irrelevant).
+    markers = latest_per_key(parsed(spark, [deleted]), KEYS).select(*KEYS, *POSITION_COLUMNS).unionByName(
+        latest_per_key(parsed(spark, [deleted_again]), KEYS).select(*KEYS, *POSITION_COLUMNS))
+
+    def kept(records: list[Any]) -> list[tuple[int, int]]:
+        out = drop_superseded_by_delete(latest_per_key(parsed(spark, records), KEYS), markers, KEYS)
+        return sorted((r["id"], r["_commit_lsn"]) for r in out.collect())
+
+    assert kept([created, other]) == [(2, 100)]  # Connect re-sent the insert: key 1 stays deleted
+    assert kept([deleted]) == []  # the same delete again: already applied
+    assert kept([reinserted, other]) == [(1, 300), (2, 100)]  # newer than every marker: applies
+    assert kept([other]) == [(2, 100)]  # keys without a marker pass
+    # Columns are the input's, unchanged.
+    assert drop_superseded_by_delete(parsed(spark, [other]), markers, KEYS).columns == parsed(spark, [other]).columns
 
 
 def test_delete_older_than_row_is_ignored(spark: Any) -> None:
