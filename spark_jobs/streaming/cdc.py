@@ -25,7 +25,6 @@ consumed in bounded steps.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -48,6 +47,7 @@ from spark_jobs.streaming.common import (
     quarantine_schema,
     query_id,
     read_json,
+    release,
     start_kafka_query,
     status_path,
     write_json_atomic,
@@ -211,7 +211,7 @@ class CdcApp:
             self._maybe_maintain()
         finally:
             for frame in to_release:
-                _release(frame)
+                release(frame)
             batch.unpersist()
 
     def _topic(self, session: SparkSession, batch: DataFrame, batch_id: int, app_id: str,
@@ -371,16 +371,6 @@ class CdcApp:
                 self.spark.sql(f"OPTIMIZE {name}")
                 self.spark.sql(f"VACUUM {name} RETAIN 168 HOURS")
         self.last_maintenance = time.monotonic()
-
-
-def _release(frame: DataFrame) -> None:
-    """Drop a frame's cached blocks: ``unpersist`` for a persisted frame, the RDD's blocks for a local checkpoint."""
-    frame.unpersist()
-    # Best effort: the context cleaner drops the blocks when the RDD is garbage-collected anyway.
-    with contextlib.suppress(Exception):
-        plan = frame._jdf.queryExecution().analyzed()
-        if plan.getClass().getSimpleName() == "LogicalRDD":
-            plan.rdd().unpersist(False)
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:

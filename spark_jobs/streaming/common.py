@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,3 +133,13 @@ def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscr
             .option("checkpointLocation", checkpoint_location(settings, name))
             .trigger(processingTime=f"{trigger_seconds} seconds")
             .start())
+
+
+def release(frame: DataFrame) -> None:
+    """Drop a frame's cached blocks: ``unpersist`` for a persisted frame, the RDD's blocks for a local checkpoint."""
+    frame.unpersist()
+    # Best effort: the context cleaner drops the blocks when the RDD is garbage-collected anyway.
+    with contextlib.suppress(Exception):
+        plan = frame._jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
