@@ -40,6 +40,7 @@ from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
+    Maintenance,
     bronze_columns,
     bronze_schema,
     create_table,
@@ -122,7 +123,8 @@ class CdcApp:
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self.spark = spark
         self.settings = settings
-        self.last_maintenance = time.monotonic()
+        owned = [name for c in CDC_TABLES.values() for name in (c.silver, c.deleted, c.bronze)]
+        self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE])
         self.timings: dict[str, float] = {}
         self._progress_lock = threading.Lock()
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
@@ -208,7 +210,7 @@ class CdcApp:
                  .saveAsTable(QUARANTINE))
             self.timings["quarantine"] = time.monotonic() - t0
             self._record_progress(per_partition, batch_id, started)
-            self._maybe_maintain()
+            self.maintenance.run_if_due()
         finally:
             for frame in to_release:
                 release(frame)
@@ -361,16 +363,6 @@ class CdcApp:
         for table in self.progress["tables"].values():
             table["last_batch"] = batch_id
         write_json_atomic(status_path(self.settings), self.progress)
-
-    def _maybe_maintain(self) -> None:
-        interval = self.settings.stream_maintenance_minutes * 60
-        if interval <= 0 or time.monotonic() - self.last_maintenance < interval:
-            return
-        for contract in CDC_TABLES.values():
-            for name in (contract.silver, contract.deleted, contract.bronze):
-                self.spark.sql(f"OPTIMIZE {name}")
-                self.spark.sql(f"VACUUM {name} RETAIN 168 HOURS")
-        self.last_maintenance = time.monotonic()
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:

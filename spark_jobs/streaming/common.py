@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,3 +145,42 @@ def release(frame: DataFrame) -> None:
         plan = frame._jdf.queryExecution().analyzed()
         if plan.getClass().getSimpleName() == "LogicalRDD":
             plan.rdd().unpersist(False)
+
+
+class Maintenance:
+    """Compaction and clean-up of the tables one streaming query owns, run inside its batch loop.
+
+    The streaming app is the single writer of bronze/silver/hot/quarantine
+    tables (DESIGN.md), so their ``OPTIMIZE`` (small files from every
+    micro-batch, deletion vectors from MERGEs) and ``VACUUM`` run in the same
+    driver, between batches, never from a second one. ``due`` is called after
+    each batch; every ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it
+    compacts and vacuums ``tables`` and prints how long it took. VACUUM keeps
+    files removed less than the table's ``delta.deletedFileRetentionDuration``
+    ago (Delta's default: 7 days), so time travel and readers of older versions
+    keep working; Delta 4 ignores a ``RETAIN`` clause other than 0 hours (it
+    warns), so none is given. Batches of the query wait meanwhile: the cost is
+    about a rewrite of what landed since the last run (the first run after a
+    long time rewrites every small file).
+    """
+
+    def __init__(self, spark: SparkSession, settings: Settings, query: str, tables: Sequence[str]) -> None:
+        self.spark = spark
+        self.query = query
+        self.tables = list(tables)
+        self.interval = settings.stream_maintenance_minutes * 60
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        return self.interval > 0 and time.monotonic() - self.last >= self.interval
+
+    def run_if_due(self) -> None:
+        if not self.due():
+            return
+        started = time.monotonic()
+        for name in self.tables:
+            self.spark.sql(f"OPTIMIZE {name}")
+            self.spark.sql(f"VACUUM {name}")
+        self.last = time.monotonic()
+        print(f"lake stream: {self.query}: maintenance (OPTIMIZE + VACUUM) of {len(self.tables)} table(s) "
+              f"took {self.last - started:.1f} s", flush=True)

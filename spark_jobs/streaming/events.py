@@ -20,7 +20,9 @@ Per micro-batch (``foreachBatch``, bounded by ``LAKE_EVENTS_MAX_OFFSETS_PER_TRIG
    MERGE per hot table;
 7. append the batch's ledger row to ``ops.stream_events_ledger`` (counts,
    watermark, offsets, the time the hot tables committed) and write the
-   progress file for ``lake stream status|wait``.
+   progress file for ``lake stream status|wait``;
+8. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` compact (OPTIMIZE) and vacuum the
+   tables this query writes, between batches, so no second driver writes them.
 
 Exactly-once: appends carry Delta ``txnAppId``/``txnVersion`` (query id, batch
 id) and the hot MERGEs skip windows already holding the batch id, so a batch
@@ -43,6 +45,7 @@ from spark_jobs.hot.events import HOT_VIEWS, HotView, hot_schema, merge_sql, win
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
+    Maintenance,
     bronze_columns,
     bronze_schema,
     create_table,
@@ -128,6 +131,8 @@ class EventsApp:
         self.progress: dict[str, Any] = read_json(events_status_path(settings)) or {"offsets": {}, "totals": {}}
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
+        self.maintenance = Maintenance(spark, settings, QUERY,
+                                       [BRONZE, SILVER, QUARANTINE, *(v.table for v in HOT_VIEWS), LEDGER])
 
     # -- tables ---------------------------------------------------------------
 
@@ -233,6 +238,7 @@ class EventsApp:
                 .option("txnAppId", f"{app_id}:{LEDGER}").option("txnVersion", batch_id).saveAsTable(LEDGER)
             steps["ledger"] = time.monotonic() - t - steps["hot_quarantine"]
             self._record_progress(batch_id, ledger, offsets, steps, started)
+            self.maintenance.run_if_due()
             release(new)
             valid.unpersist()
         finally:
