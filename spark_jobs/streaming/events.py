@@ -21,8 +21,13 @@ Per micro-batch (``foreachBatch``, bounded by ``LAKE_EVENTS_MAX_OFFSETS_PER_TRIG
 7. append the batch's ledger row to ``ops.stream_events_ledger`` (counts,
    watermark, offsets, the time the hot tables committed) and write the
    progress file for ``lake stream status|wait``;
-8. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` compact (OPTIMIZE) and vacuum the
-   tables this query writes, between batches, so no second driver writes them.
+8. no table maintenance yet. Measured with ``LAKE_STREAM_MAINTENANCE_MINUTES=1``
+   and ``streaming.common.Maintenance`` (what the CDC query runs): OPTIMIZE +
+   VACUUM inside the batch loop held this query's batches for 553 s over its
+   seven tables (1.4M events of history) and ~158 s for just the four small
+   hot/ledger tables, each run. Compaction here needs a way that does not
+   stall the seconds-fresh hot tables (a background thread on partitions no
+   batch writes any more) before it is switched on.
 
 Exactly-once: appends carry Delta ``txnAppId``/``txnVersion`` (query id, batch
 id) and the hot MERGEs skip windows already holding the batch id, so a batch
@@ -45,7 +50,6 @@ from spark_jobs.hot.events import HOT_VIEWS, HotView, hot_schema, merge_sql, win
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
-    Maintenance,
     bronze_columns,
     bronze_schema,
     create_table,
@@ -131,8 +135,6 @@ class EventsApp:
         self.progress: dict[str, Any] = read_json(events_status_path(settings)) or {"offsets": {}, "totals": {}}
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
-        self.maintenance = Maintenance(spark, settings, QUERY,
-                                       [BRONZE, SILVER, QUARANTINE, *(v.table for v in HOT_VIEWS), LEDGER])
 
     # -- tables ---------------------------------------------------------------
 
@@ -238,7 +240,6 @@ class EventsApp:
                 .option("txnAppId", f"{app_id}:{LEDGER}").option("txnVersion", batch_id).saveAsTable(LEDGER)
             steps["ledger"] = time.monotonic() - t - steps["hot_quarantine"]
             self._record_progress(batch_id, ledger, offsets, steps, started)
-            self.maintenance.run_if_due()
             release(new)
             valid.unpersist()
         finally:
