@@ -41,6 +41,7 @@ from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
     Maintenance,
+    append_once,
     bronze_columns,
     bronze_schema,
     create_table,
@@ -62,12 +63,11 @@ if TYPE_CHECKING:
 QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
 #: Delta table properties of the silver tables. Deletion vectors let MERGE mark the
-#: replaced/deleted rows of a data file instead of rewriting the whole file (MERGE support since Delta 3.1; https://docs.delta.io/delta-deletion-vectors).
+#: replaced/deleted rows of a data file instead of rewriting the whole file
+#: (MERGE support since Delta 3.1; https://docs.delta.io/delta-deletion-vectors).
 #: A CDC batch touches rows spread over every file of a table, so without them each MERGE
 #: rewrote (nearly) the whole table. Maintenance OPTIMIZE rewrites files and drops the vectors.
 SILVER_PROPS = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
-#: The ``__deleted`` side tables (delete markers) are append-only: no MERGE, so no vectors needed.
-DELETED_PROPS: dict[str, str] = {}
 
 #: SQL settings for this query's batch jobs, set on the query's own session (see ``CdcApp.process``).
 BATCH_SQL_CONF = {
@@ -149,9 +149,9 @@ class CdcApp:
             deleted_schema = StructType([*[contract.schema[k] for k in contract.keys],
                                          *[StructField(c, meta_types[c]) for c in
                                            ("_snapshot_rank", "_commit_lsn", "_change_lsn")]])
-            create_table(self.spark, self.settings, contract.deleted, deleted_schema, props=DELETED_PROPS)
+            # Delete markers: append-only (no MERGE), so no table properties needed.
+            create_table(self.spark, self.settings, contract.deleted, deleted_schema)
             self._ensure_props(contract.silver, SILVER_PROPS)
-            self._ensure_props(contract.deleted, DELETED_PROPS)
         create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
 
     def _ensure_props(self, table: str, props: dict[str, str]) -> None:
@@ -205,9 +205,7 @@ class CdcApp:
             # Skipping the write when nothing was rejected keeps exactly-once: a re-run of
             # this batch sees the same records, so it makes the same decision.
             if rejects_all is not None:
-                (quarantine_rows(rejects_all, "cdc").write.format("delta").mode("append")
-                 .option("txnAppId", f"{app_id}:{QUARANTINE}").option("mergeSchema", "true").option("txnVersion", batch_id)
-                 .saveAsTable(QUARANTINE))
+                append_once(quarantine_rows(rejects_all, "cdc"), QUARANTINE, app_id, batch_id, merge_schema=True)
             self.timings["quarantine"] = time.monotonic() - t0
             self._record_progress(per_partition, batch_id, started)
             self.maintenance.run_if_due()
@@ -225,9 +223,7 @@ class CdcApp:
         contract = CDC_TABLES.get(topic)
         if contract is None:
             return self._unknown_topic(part), timings, []
-        (part.write.format("delta").mode("append")
-         .option("txnAppId", f"{app_id}:{contract.bronze}").option("txnVersion", batch_id)
-         .saveAsTable(contract.bronze))
+        append_once(part, contract.bronze, app_id, batch_id)
         timings[f"{contract.table}.bronze"] = time.monotonic() - t0
         t1 = time.monotonic()
         rejects, cached = self._apply(session, contract, part, timings, app_id, batch_id)
@@ -327,9 +323,7 @@ class CdcApp:
             # a change's position (drop_superseded_by_delete), so older markers do no harm.
             t = time.monotonic()
             deletes = newest.where(F.col("_op") == "d").select(*keys, *POSITION_COLUMNS)
-            (deletes.write.format("delta").mode("append")
-             .option("txnAppId", f"{app_id}:{contract.deleted}").option("txnVersion", batch_id)
-             .saveAsTable(contract.deleted))
+            append_once(deletes, contract.deleted, app_id, batch_id)
             timings[f"{name}.silver.deleted_append"] = time.monotonic() - t
         with self._progress_lock:
             table_progress = self.progress["tables"].setdefault(contract.silver, {})

@@ -106,6 +106,24 @@ def create_table(spark: SparkSession, settings: Settings, name: str, schema: Str
     builder.execute()
 
 
+def append_once(frame: DataFrame, table: str, app_id: str, batch_id: int, *, partition: str | None = None,
+                merge_schema: bool = False) -> None:
+    """Append ``frame`` to ``table`` exactly once per (``app_id``, ``batch_id``).
+
+    Delta's idempotent write: the ``txnAppId`` is ``<app_id>:<table>`` and the
+    ``txnVersion`` the batch id, so a micro-batch replayed after a crash skips a
+    table it already wrote. ``partition`` names the partition column of a
+    partitioned table; ``merge_schema`` lets the append add columns.
+    """
+    writer = (frame.write.format("delta").mode("append")
+              .option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id))
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    if partition:
+        writer = writer.partitionBy(partition)
+    writer.saveAsTable(table)
+
+
 def query_id(spark: SparkSession, name: str) -> str:
     """Id of the active streaming query ``name`` (the stable ``txnAppId`` prefix of its writes)."""
     for query in spark.streams.active:
@@ -153,8 +171,8 @@ class Maintenance:
     The streaming app is the single writer of bronze/silver/hot/quarantine
     tables (DESIGN.md), so their ``OPTIMIZE`` (small files from every
     micro-batch, deletion vectors from MERGEs) and ``VACUUM`` run in the same
-    driver, between batches, never from a second one. ``due`` is called after
-    each batch; every ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it
+    driver, between batches, never from a second one. ``run_if_due`` is called
+    after each batch; every ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it
     compacts and vacuums ``tables`` and prints how long it took. VACUUM keeps
     files removed less than the table's ``delta.deletedFileRetentionDuration``
     ago (Delta's default: 7 days), so time travel and readers of older versions

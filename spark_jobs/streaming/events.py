@@ -50,6 +50,7 @@ from spark_jobs.hot.events import HOT_VIEWS, HotView, hot_schema, merge_sql, win
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
+    append_once,
     bronze_columns,
     bronze_schema,
     create_table,
@@ -177,7 +178,7 @@ class EventsApp:
             if received == 0:
                 return
             ingest_time = max(r.ingest for r in stats).astimezone(UTC)  # naive = local time (PySpark)
-            self._append(bronze, BRONZE, app_id, batch_id, partition="ingest_date")
+            append_once(bronze, BRONZE, app_id, batch_id, partition="ingest_date")
             steps["bronze"] = time.monotonic() - t
 
             t = time.monotonic()
@@ -211,7 +212,7 @@ class EventsApp:
             if on_time_times:
                 candidate = max(on_time_times) - self.delay
                 self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
-            self._append(new, SILVER, app_id, batch_id, partition="event_date")
+            append_once(new, SILVER, app_id, batch_id, partition="event_date")
             steps["silver"] = time.monotonic() - t
 
             t = time.monotonic()
@@ -219,7 +220,7 @@ class EventsApp:
             with ThreadPoolExecutor(max_workers=len(HOT_VIEWS) + 1) as pool:
                 jobs = [pool.submit(self._merge_hot, view, new, batch_id) for view in HOT_VIEWS]
                 if quarantined:
-                    jobs.append(pool.submit(self._append, quarantine_rows(rejects, "events"), QUARANTINE,
+                    jobs.append(pool.submit(append_once, quarantine_rows(rejects, "events"), QUARANTINE,
                                             app_id, batch_id))
                 for job in jobs:
                     job.result()
@@ -236,21 +237,13 @@ class EventsApp:
                 "offsets": {k: f"{v[0]}-{v[1]}" for k, v in offsets.items()},
                 "batch_seconds": time.monotonic() - started,
             }
-            self.spark.createDataFrame([ledger], ledger_schema()).write.format("delta").mode("append") \
-                .option("txnAppId", f"{app_id}:{LEDGER}").option("txnVersion", batch_id).saveAsTable(LEDGER)
+            append_once(self.spark.createDataFrame([ledger], ledger_schema()), LEDGER, app_id, batch_id)
             steps["ledger"] = time.monotonic() - t - steps["hot_quarantine"]
             self._record_progress(batch_id, ledger, offsets, steps, started)
             release(new)
             valid.unpersist()
         finally:
             bronze.unpersist()
-
-    def _append(self, frame: DataFrame, table: str, app_id: str, batch_id: int, partition: str | None = None) -> None:
-        writer = (frame.write.format("delta").mode("append")
-                  .option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id))
-        if partition:
-            writer = writer.partitionBy(partition)
-        writer.saveAsTable(table)
 
     def _merge_hot(self, view: HotView, new: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
