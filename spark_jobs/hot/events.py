@@ -1,4 +1,4 @@
-"""Hot views over the clickstream: pure window aggregates and their incremental MERGE.
+"""Hot views over the clickstream: pure window aggregates and how a batch adds to them.
 
 Three tumbling event-time windows, each a Delta table in ``hot``:
 
@@ -8,11 +8,14 @@ Three tumbling event-time windows, each a Delta table in ``hot``:
 * ``hot.funnel_15m``: page views -> carts -> checkouts -> purchases per 15 minutes.
 
 The streaming app feeds each batch's *new* unique events (duplicates already
-removed) and adds them to their windows with one MERGE per table. Counts are
-additive and the user set is a union, so a window equals the aggregation of all
-its events however they were split into batches. ``_last_batch`` makes the
-MERGE idempotent: a batch replayed after a crash (same batch id) matches rows
-whose ``_last_batch`` is already that id and changes nothing.
+removed) and adds them to their windows (:func:`apply_deltas`), rewriting each
+hot table in one idempotent overwrite (Delta ``txnAppId``/``txnVersion``: a
+batch replayed after a crash is skipped whole). Counts are additive and the user
+set is a union, so a window equals the aggregation of all its events however
+they were split into batches. ``_last_batch`` is the last batch that changed a
+window. The tables are small (one row per window), so an overwrite is one write
+job where a MERGE was about a dozen Spark jobs (measured: ~10 s for a 3-event
+batch on two cores, against a ~3 s overwrite).
 
 Late data: an event whose ``event_time`` is older than the watermark in force
 when it arrived (``_late``) is kept in ``silver.events`` but is not added to its
@@ -121,24 +124,40 @@ def batch_aggregate(silver: DataFrame, view: HotView) -> DataFrame:
     return window_deltas(silver, view)
 
 
-def merge_sql(view: HotView, target: str, source: str) -> str:
-    """``MERGE`` adding a batch's window deltas (``source`` view, with ``_batch``) into the hot table.
+def apply_deltas(current: DataFrame, deltas: DataFrame, view: HotView) -> DataFrame:
+    """The hot table after adding a batch's window deltas: ``current`` (the table) + ``deltas``.
 
-    Idempotent per batch: rows already carrying this ``_last_batch`` are left alone.
+    ``deltas`` is :func:`window_deltas` output with ``updated_at`` and ``_batch``
+    (the batch id). Grain: one row per window of either side, columns as
+    :func:`hot_schema`. Counts add, user sets union; a window the batch did not
+    touch keeps its row as is (``updated_at``, ``_last_batch`` included). The
+    streaming app overwrites the table with this in one idempotent commit
+    (Delta ``txnAppId``/``txnVersion``), so a replayed batch is skipped whole.
     """
-    sets = [f"{name} = t.{name} + s.{name}" for name in view.metric_names if name != "active_users"]
-    inserts = dict.fromkeys(("window_start", "window_end", *view.metric_names), "")
+    t, s = current.alias("t"), deltas.alias("s")
+    joined = t.join(s, F.col("t.window_start") == F.col("s.window_start"), "full_outer")
+    cols: list[Column] = [
+        F.coalesce(F.col("t.window_start"), F.col("s.window_start")).alias("window_start"),
+        F.coalesce(F.col("t.window_end"), F.col("s.window_end")).alias("window_end"),
+    ]
+    users = F.array_sort(F.array_union(F.coalesce(F.col("t.user_ids"), F.array().cast("array<bigint>")),
+                                       F.coalesce(F.col("s.user_ids"), F.array().cast("array<bigint>"))))
+    for name, sql_type in view.metrics:
+        if name == "active_users":
+            cols.append(F.size(users).cast("bigint").alias(name))
+            continue
+        zero = F.lit(0).cast(_TYPES[sql_type])
+        cols.append((F.coalesce(F.col(f"t.{name}"), zero) + F.coalesce(F.col(f"s.{name}"), zero))
+                    .cast(_TYPES[sql_type]).alias(name))
     if view.user_set:
-        sets.append("user_ids = array_sort(array_union(t.user_ids, s.user_ids))")
-        sets.append("active_users = size(array_union(t.user_ids, s.user_ids))")
-        inserts["user_ids"] = ""
-    sets += ["late_events = t.late_events + s.late_events", "updated_at = s.updated_at", "_last_batch = s._batch"]
-    inserts.update({"late_events": "", "updated_at": "", "_last_batch": "s._batch"})
-    cols = ", ".join(inserts)
-    values = ", ".join(v or f"s.{k}" for k, v in inserts.items())
-    return (f"MERGE INTO {target} t USING {source} s ON t.window_start = s.window_start "
-            f"WHEN MATCHED AND t._last_batch < s._batch THEN UPDATE SET {', '.join(sets)} "
-            f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})")
+        cols.append(users.alias("user_ids"))
+    cols += [
+        (F.coalesce(F.col("t.late_events"), F.lit(0)) + F.coalesce(F.col("s.late_events"), F.lit(0)))
+        .cast("bigint").alias("late_events"),
+        F.coalesce(F.col("s.updated_at"), F.col("t.updated_at")).alias("updated_at"),
+        F.coalesce(F.col("s._batch"), F.col("t._last_batch")).alias("_last_batch"),
+    ]
+    return joined.select(*cols)
 
 
 def closed_windows(frame: DataFrame, watermark_column: Column) -> DataFrame:

@@ -16,8 +16,11 @@ Per micro-batch (``foreachBatch``, bounded by ``LAKE_EVENTS_MAX_OFFSETS_PER_TRIG
    are kept in silver and counted in their window's ``late_events``, never
    silently dropped;
 5. append the new unique events to ``silver.events`` (partitioned by event date);
-6. add them to the hot windows (``spark_jobs.hot.events``) with one idempotent
-   MERGE per hot table;
+6. add them to the hot windows (``spark_jobs.hot.events.apply_deltas``): one
+   idempotent overwrite per (small) hot table. Steps 5, 6 and the quarantine
+   append run in parallel threads, and the bronze append (1) runs alongside
+   the parse: Delta commits are mostly driver-side waiting, so one overlaps
+   another's compute;
 7. append the batch's ledger row to ``ops.stream_events_ledger`` (counts,
    watermark, offsets, the time the hot tables committed) and write the
    progress file for ``lake stream status|wait``;
@@ -30,8 +33,8 @@ Per micro-batch (``foreachBatch``, bounded by ``LAKE_EVENTS_MAX_OFFSETS_PER_TRIG
    batch writes any more) before it is switched on.
 
 Exactly-once: appends carry Delta ``txnAppId``/``txnVersion`` (query id, batch
-id) and the hot MERGEs skip windows already holding the batch id, so a batch
-replayed after a SIGKILL writes each table once. The replay computes the same
+id), the hot overwrites too, so a batch replayed after a SIGKILL writes each
+table once. The replay computes the same
 rows because everything it reads (silver for the dedup index, the ledger for the
 watermark) is filtered to batches before it.
 """
@@ -46,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.hot.events import HOT_VIEWS, HotView, hot_schema, merge_sql, window_deltas
+from spark_jobs.hot.events import HOT_VIEWS, HotView, apply_deltas, hot_schema, window_deltas
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
@@ -73,6 +76,7 @@ BRONZE = "bronze.events__clickstream"
 SILVER = "silver.events"
 QUARANTINE = "quarantine.events"
 LEDGER = "ops.stream_events_ledger"
+
 
 
 def events_status_path(settings: Settings) -> Path:
@@ -169,6 +173,11 @@ class EventsApp:
         if self.restored_for is None:
             self._restore(batch_id)
         bronze = bronze_columns(batch).persist()
+        # Writes that do not depend on each other run in threads: a Delta commit is mostly
+        # driver-side waiting (log listing, state reconstruction, S3 round trips), so one
+        # table's commit overlaps another's compute. Each write is idempotent per batch id,
+        # so the order they land in does not matter for a replay (the ledger goes last).
+        pool = ThreadPoolExecutor(max_workers=len(HOT_VIEWS) + 2)
         try:
             t = time.monotonic()
             stats = bronze.groupBy("partition").agg(
@@ -178,8 +187,8 @@ class EventsApp:
             if received == 0:
                 return
             ingest_time = max(r.ingest for r in stats).astimezone(UTC)  # naive = local time (PySpark)
-            append_once(bronze, BRONZE, app_id, batch_id, partition="ingest_date")
-            steps["bronze"] = time.monotonic() - t
+            steps["read"] = time.monotonic() - t
+            bronze_job = pool.submit(_timed, append_once, bronze, BRONZE, app_id, batch_id, partition="ingest_date")
 
             t = time.monotonic()
             valid, rejects = parse_events(bronze)
@@ -199,11 +208,10 @@ class EventsApp:
                 dup_frame = self.spark.createDataFrame(dups, "_partition INT, _offset BIGINT")
                 new = valid.join(F.broadcast(dup_frame), ["_partition", "_offset"], "left_anti")
             late_flag = (F.col("event_time") < F.lit(watermark_before)) if watermark_before else F.lit(False)
-            # A local checkpoint, not a cache: each hot MERGE has Delta materialise its source
-            # (MergeIntoMaterializeSource), and that copy did not hit a persisted frame's cache, so
-            # it re-parsed the whole batch from the Kafka bytes once per hot table (profiled: three
-            # 20-26 s "materialize source" jobs for a 100,000-event batch). A checkpoint has no
-            # lineage to recompute: the silver append and the window aggregates read its blocks.
+            # A local checkpoint, not a cache: it has no lineage to recompute, so the silver append
+            # and the three window aggregates (run in parallel) read its blocks and never re-parse
+            # the batch from the Kafka bytes (profiled with hot MERGEs: Delta's copy of each MERGE
+            # source missed a persisted frame's cache and re-parsed 100,000 events per hot table).
             new = (new.withColumn("_late", late_flag).withColumn("_batch_id", F.lit(batch_id).cast("bigint"))
                    .localCheckpoint(eager=True))
             on_time_times = [times[i].astimezone(UTC) for i in firsts
@@ -212,21 +220,24 @@ class EventsApp:
             if on_time_times:
                 candidate = max(on_time_times) - self.delay
                 self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
-            append_once(new, SILVER, app_id, batch_id, partition="event_date")
-            steps["silver"] = time.monotonic() - t
+            steps["new"] = time.monotonic() - t
 
             t = time.monotonic()
             quarantined = received - len(ids)
-            with ThreadPoolExecutor(max_workers=len(HOT_VIEWS) + 1) as pool:
-                jobs = [pool.submit(self._merge_hot, view, new, batch_id) for view in HOT_VIEWS]
-                if quarantined:
-                    jobs.append(pool.submit(append_once, quarantine_rows(rejects, "events"), QUARANTINE,
-                                            app_id, batch_id))
-                for job in jobs:
-                    job.result()
-            hot_committed = datetime.now(UTC)
-            steps["hot_quarantine"] = time.monotonic() - t
+            hot_jobs = [pool.submit(_timed, self._write_hot, view, new, app_id, batch_id) for view in HOT_VIEWS]
+            silver_job = pool.submit(_timed, append_once, new, SILVER, app_id, batch_id, partition="event_date")
+            quarantine_job = (pool.submit(_timed, append_once, quarantine_rows(rejects, "events"), QUARANTINE,
+                                          app_id, batch_id) if quarantined else None)
+            hot_done = max(job.result() for job in hot_jobs)
+            hot_committed = datetime.now(UTC) - timedelta(seconds=time.monotonic() - hot_done)
+            steps["hot"] = hot_done - t
+            steps["silver"] = silver_job.result() - t
+            if quarantine_job is not None:
+                steps["quarantine"] = quarantine_job.result() - t
+            # Started before the parse; measured from the start of the batch's writes.
+            steps["bronze"] = bronze_job.result() - started
 
+            t = time.monotonic()
             self.index.add_batch(batch_id, ingest_time, (ids[i] for i in firsts))
             offsets = {f"{r.partition}": [int(r.lo), int(r.hi)] for r in stats}
             ledger = {
@@ -238,27 +249,28 @@ class EventsApp:
                 "batch_seconds": time.monotonic() - started,
             }
             append_once(self.spark.createDataFrame([ledger], ledger_schema()), LEDGER, app_id, batch_id)
-            steps["ledger"] = time.monotonic() - t - steps["hot_quarantine"]
+            steps["ledger"] = time.monotonic() - t
             self._record_progress(batch_id, ledger, offsets, steps, started)
             release(new)
             valid.unpersist()
         finally:
+            pool.shutdown(wait=True)
             bronze.unpersist()
 
-    def _merge_hot(self, view: HotView, new: DataFrame, batch_id: int) -> None:
+    def _write_hot(self, view: HotView, new: DataFrame, app_id: str, batch_id: int) -> None:
+        """Add the batch's new events to ``view``'s windows: one overwrite of the (small) hot table."""
         from pyspark.sql import functions as F
 
+        from spark_jobs.io import table_location
+
+        session = new.sparkSession
         deltas = (window_deltas(new, view).withColumn("updated_at", F.current_timestamp())
                   .withColumn("_batch", F.lit(batch_id).cast("bigint")))
-        source = f"_hot_{view.table.split('.')[1]}_{batch_id}"
-        # The view lives in the session of the batch's frames: foreachBatch hands over a clone
-        # of the driver's session, and a temp view of one session is invisible in another.
-        session = deltas.sparkSession
-        deltas.createOrReplaceTempView(source)
-        try:
-            session.sql(merge_sql(view, view.table, source))
-        finally:
-            session.catalog.dropTempView(source)
+        # Reads version N of the table and replaces it with N + batch in one commit; a replay of a
+        # batch already committed is skipped by Delta (txnVersion <= the one recorded for txnAppId).
+        (apply_deltas(session.table(view.table), deltas, view).write.format("delta").mode("overwrite")
+         .option("txnAppId", f"{app_id}:{view.table}").option("txnVersion", batch_id)
+         .save(table_location(self.settings, view.table)))
 
     def _restore(self, batch_id: int) -> None:
         """After a (re)start: watermark and dedup index as they were before ``batch_id``."""
@@ -298,6 +310,12 @@ class EventsApp:
             "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
         })
         write_json_atomic(events_status_path(self.settings), self.progress)
+
+
+def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
+    """Run ``fn`` and return the monotonic time it finished (for the step timings of parallel writes)."""
+    fn(*args, **kwargs)
+    return time.monotonic()
 
 
 def ledger_schema() -> StructType:

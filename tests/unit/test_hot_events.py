@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from spark_jobs.hot.events import (
     ACTIVE_USERS_5M,
@@ -14,8 +15,9 @@ from spark_jobs.hot.events import (
     HOT_VIEWS,
     SALES_PER_MINUTE,
     HotView,
+    apply_deltas,
     batch_aggregate,
-    merge_sql,
+    hot_schema,
     window_deltas,
 )
 
@@ -60,34 +62,33 @@ def test_active_users_are_distinct_and_funnel_counts_each_stage(spark: Any) -> N
     assert funnel[T0 + timedelta(minutes=15)]["checkouts"] == 1
 
 
-def _combine(view: HotView, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """What merge_sql does to a matched row (Python model of the MERGE's SET clause)."""
-    out = dict(a)
-    for name in view.metric_names:
-        if name != "active_users":
-            out[name] = a[name] + b[name]
-    if view.user_set:
-        out["user_ids"] = sorted(set(a["user_ids"]) | set(b["user_ids"]))
-        out["active_users"] = len(out["user_ids"])
-    out["late_events"] = a["late_events"] + b["late_events"]
-    return out
+def _apply(spark: Any, view: HotView, current: Any, part: list[Any], batch_id: int) -> Any:
+    deltas = (window_deltas(_events(spark, part), view).withColumn("updated_at", F.lit(T0))
+              .withColumn("_batch", F.lit(batch_id).cast("bigint")))
+    return apply_deltas(current, deltas, view).localCheckpoint()
 
 
 @pytest.mark.parametrize("view", HOT_VIEWS, ids=lambda v: v.table)
-def test_batches_merged_one_by_one_equal_the_batch_aggregation(spark: Any, view: HotView) -> None:
-    merged: dict[datetime, dict[str, Any]] = {}
-    for part in (ROWS[:3], ROWS[3:5], ROWS[5:]):  # three micro-batches
-        for start, delta in _by_window(window_deltas(_events(spark, part), view)).items():
-            merged[start] = _combine(view, merged[start], delta) if start in merged else delta
+def test_batches_applied_one_by_one_equal_the_batch_aggregation(spark: Any, view: HotView) -> None:
+    table = spark.createDataFrame([], hot_schema(view))
+    for batch_id, part in enumerate((ROWS[:3], ROWS[3:5], ROWS[5:])):  # three micro-batches
+        table = _apply(spark, view, table, part, batch_id)
+    assert table.columns == hot_schema(view).names
+    got = _by_window(table)
     whole = _by_window(batch_aggregate(_events(spark, ROWS), view))
     cols = ("window_end", *view.metric_names, "late_events")
-    assert {k: {c: v[c] for c in cols} for k, v in merged.items()} == {
+    assert {k: {c: v[c] for c in cols} for k, v in got.items()} == {
         k: {c: v[c] for c in cols} for k, v in whole.items()}
 
 
-def test_merge_is_guarded_by_the_batch_id_so_a_replay_changes_nothing() -> None:
-    sql = merge_sql(SALES_PER_MINUTE, "hot.sales_per_minute", "src")
-    assert "WHEN MATCHED AND t._last_batch < s._batch THEN UPDATE" in sql
-    assert "orders = t.orders + s.orders" in sql and "_last_batch = s._batch" in sql
-    users = merge_sql(ACTIVE_USERS_5M, "hot.active_users_5m", "src")
-    assert "array_union(t.user_ids, s.user_ids)" in users
+def test_untouched_windows_keep_their_last_batch_and_user_sets_union(spark: Any) -> None:
+    table = spark.createDataFrame([], hot_schema(ACTIVE_USERS_5M))
+    table = _apply(spark, ACTIVE_USERS_5M, table, [ROWS[0], ROWS[5]], 7)  # windows 12:00 and 12:00 (minute 3)
+    table = _apply(spark, ACTIVE_USERS_5M, table, [ROWS[1], ROWS[7]], 8)  # 12:00 again, and 12:15
+    got = _by_window(table)
+    assert got[T0]["user_ids"] == [1, 2] and got[T0]["active_users"] == 2 and got[T0]["_last_batch"] == 8
+    assert got[T0 + timedelta(minutes=15)]["_last_batch"] == 8
+    table = _apply(spark, ACTIVE_USERS_5M, table, [ROWS[7]], 9)
+    got = _by_window(table)
+    assert got[T0]["_last_batch"] == 8 and got[T0]["active_users"] == 2
+    assert got[T0 + timedelta(minutes=15)]["user_ids"] == [5] and got[T0 + timedelta(minutes=15)]["_last_batch"] == 9
