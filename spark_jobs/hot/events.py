@@ -142,8 +142,9 @@ def apply_deltas(current: DataFrame, deltas: DataFrame, view: HotView) -> DataFr
         F.coalesce(F.col("t.window_start"), F.col("s.window_start")).alias("window_start"),
         F.coalesce(F.col("t.window_end"), F.col("s.window_end")).alias("window_end"),
     ]
-    users = F.array_sort(F.array_union(F.coalesce(F.col("t.user_ids"), F.array().cast("array<bigint>")),
-                                       F.coalesce(F.col("s.user_ids"), F.array().cast("array<bigint>"))))
+    no_users = F.array().cast("array<bigint>")
+    users = F.array_sort(F.array_union(F.coalesce(F.col("t.user_ids"), no_users),
+                                       F.coalesce(F.col("s.user_ids"), no_users)))
     for name, sql_type in view.metrics:
         if name == "active_users":
             cols.append(F.size(users).cast("bigint").alias(name))

@@ -13,7 +13,7 @@ from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -106,17 +106,25 @@ def create_table(spark: SparkSession, settings: Settings, name: str, schema: Str
     builder.execute()
 
 
+def once_writer(frame: DataFrame, table: str, app_id: str, batch_id: int) -> DataFrameWriter:
+    """A Delta writer of ``frame`` that commits at most once per (``app_id``, ``batch_id``) to ``table``.
+
+    Delta's idempotent write: the ``txnAppId`` is ``<app_id>:<table>`` and the
+    ``txnVersion`` the batch id; a write whose version is not above the one
+    recorded for its app id is skipped, so a micro-batch replayed after a crash
+    writes each table once. Any mode (append, overwrite) works.
+    """
+    return frame.write.format("delta").option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id)
+
+
 def append_once(frame: DataFrame, table: str, app_id: str, batch_id: int, *, partition: str | None = None,
                 merge_schema: bool = False) -> None:
     """Append ``frame`` to ``table`` exactly once per (``app_id``, ``batch_id``).
 
-    Delta's idempotent write: the ``txnAppId`` is ``<app_id>:<table>`` and the
-    ``txnVersion`` the batch id, so a micro-batch replayed after a crash skips a
-    table it already wrote. ``partition`` names the partition column of a
+    See :func:`once_writer`. ``partition`` names the partition column of a
     partitioned table; ``merge_schema`` lets the append add columns.
     """
-    writer = (frame.write.format("delta").mode("append")
-              .option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id))
+    writer = once_writer(frame, table, app_id, batch_id).mode("append")
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     if partition:

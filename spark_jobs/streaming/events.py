@@ -50,13 +50,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.hot.events import HOT_VIEWS, HotView, apply_deltas, hot_schema, window_deltas
-from spark_jobs.io import ensure_database
+from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
     append_once,
     bronze_columns,
     bronze_schema,
     create_table,
+    once_writer,
     quarantine_rows,
     quarantine_schema,
     query_id,
@@ -76,7 +77,6 @@ BRONZE = "bronze.events__clickstream"
 SILVER = "silver.events"
 QUARANTINE = "quarantine.events"
 LEDGER = "ops.stream_events_ledger"
-
 
 
 def events_status_path(settings: Settings) -> Path:
@@ -261,16 +261,14 @@ class EventsApp:
         """Add the batch's new events to ``view``'s windows: one overwrite of the (small) hot table."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.io import table_location
-
         session = new.sparkSession
         deltas = (window_deltas(new, view).withColumn("updated_at", F.current_timestamp())
                   .withColumn("_batch", F.lit(batch_id).cast("bigint")))
         # Reads version N of the table and replaces it with N + batch in one commit; a replay of a
         # batch already committed is skipped by Delta (txnVersion <= the one recorded for txnAppId).
-        (apply_deltas(session.table(view.table), deltas, view).write.format("delta").mode("overwrite")
-         .option("txnAppId", f"{app_id}:{view.table}").option("txnVersion", batch_id)
-         .save(table_location(self.settings, view.table)))
+        # Saved by path: saveAsTable refuses to overwrite a table the frame reads from.
+        (once_writer(apply_deltas(session.table(view.table), deltas, view), view.table, app_id, batch_id)
+         .mode("overwrite").save(table_location(self.settings, view.table)))
 
     def _restore(self, batch_id: int) -> None:
         """After a (re)start: watermark and dedup index as they were before ``batch_id``."""
