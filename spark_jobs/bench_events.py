@@ -2,14 +2,16 @@
 
 1. Steady load: ``lake loadgen events --rate R --duration D`` while the
    streaming app runs. Reports events produced per second (the loadgen's
-   delivery reports), events landed in bronze per second (the app's ledger rows
-   for those offsets) and freshness p50/p95/max: for every on-time event of the
-   run, the moment the hot tables' MERGE of its batch committed (a query on a hot
-   table includes the event from then on) minus its produce time (Kafka
+   delivery reports), events landed in bronze and silver per second (the
+   ledger rows for those offsets, from the first batch's start to the archive
+   commit holding the last: ``ops.stream_events_archive``), the rate through
+   the hot path, and freshness p50/p95/max: for every on-time event of the
+   run, the moment the hot tables' commit of its batch finished (a query on a
+   hot table includes the event from then on) minus its produce time (Kafka
    ``CreateTime`` set by the producer).
 2. Catch-up: the app is stopped, a backlog of ``--backlog`` events is produced,
    the app is started again; the ingest rate is backlog events / time from the
-   first to the last batch commit of the backlog (from the ledger), and the wall
+   start of the backlog's first batch to the archive commit of its last, and the wall
    time including the driver's start-up is printed too.
 3. Raw ceiling, same run, same backlog: a plain confluent-kafka consumer reads
    the backlog's offsets without writing anything; catch-up / ceiling is the
@@ -94,6 +96,30 @@ def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
     return out
 
 
+def _landed_at(spark: Any, batch_id: int) -> float | None:
+    """Epoch seconds when batch ``batch_id`` landed in bronze and silver (the archive log), None if not logged."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.streaming.events import ARCHIVE_LOG
+
+    row = (spark.table(ARCHIVE_LOG).where((F.col("first_batch") <= batch_id) & (F.col("last_batch") >= batch_id))
+           .agg(F.min("archived_at").alias("at")).first())
+    return row.at.timestamp() if row and row.at else None
+
+
+def _rates(spark: Any, rows: list[Any]) -> dict[str, Any]:
+    """Records/s of ``rows`` (ledger rows): through the hot path, and landed in bronze+silver (from the first
+    batch's start to the archive commit holding the last one)."""
+    landed = sum(int(r.received) for r in rows)
+    first_start = rows[0].hot_committed_at.timestamp() - float(rows[0].batch_seconds)
+    hot_span = rows[-1].hot_committed_at.timestamp() - first_start
+    landed_at = _landed_at(spark, int(rows[-1].batch_id))
+    land_span = landed_at - first_start if landed_at else 0.0
+    return {"records": landed, "batches": len(rows),
+            "hot_per_s": round(landed / hot_span, 1) if hot_span > 0 else None,
+            "landed_per_s": round(landed / land_span, 1) if land_span > 0 else None}
+
+
 def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
     """Seconds from produce time to the hot commit of its batch, per on-time event in ``ranges``."""
     from pyspark.sql import functions as F
@@ -140,13 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         ranges = manifest_ranges(steady)
         rows = _ledger_rows(spark, ranges)
-        landed = sum(int(r.received) for r in rows)
-        span = (rows[-1].hot_committed_at - rows[0].hot_committed_at).total_seconds() if len(rows) > 1 else 0.0
+        rates = _rates(spark, rows)
         fresh = freshness(spark, ranges)
         results["steady"] = {
             "target_rate": args.rate, "produced": steady["total_sent"],
             "produced_per_s": round(_produced_per_second(steady), 1),
-            "landed_per_s": round(landed / span, 1) if span > 0 else None,
+            "landed_per_s": rates["landed_per_s"], "hot_per_s": rates["hot_per_s"],
             "batches": len(rows), "batch_seconds_p50": round(_percentile([r.batch_seconds for r in rows], 0.5), 2),
             "freshness_events": len(fresh),
             "freshness_p50_s": round(_percentile(fresh, 0.5), 2), "freshness_p95_s": round(_percentile(fresh, 0.95), 2),
@@ -168,13 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         wall = time.monotonic() - t0
         rows = _ledger_rows(spark, ranges)
-        landed = sum(int(r.received) for r in rows)
-        first_start = rows[0].hot_committed_at.timestamp() - float(rows[0].batch_seconds)
-        span = rows[-1].hot_committed_at.timestamp() - first_start
-        rate = landed / span if span > 0 else float("nan")
+        rates = _rates(spark, rows)
+        rate = float(rates["landed_per_s"] or "nan")
         results["catchup"] = {
             "backlog": backlog["total_sent"], "produced_per_s": round(_produced_per_second(backlog), 1),
-            "batches": len(rows), "ingest_per_s": round(rate, 1), "wall_seconds_incl_startup": round(wall, 1),
+            "batches": len(rows), "ingest_per_s": round(rate, 1), "hot_per_s": rates["hot_per_s"],
+            "wall_seconds_incl_startup": round(wall, 1),
             "raw_ceiling_records": n_raw, "raw_ceiling_per_s": round(raw_rate, 1),
             "ingest_to_ceiling_ratio": round(rate / raw_rate, 3) if raw_rate else None,
         }

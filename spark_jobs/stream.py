@@ -67,6 +67,11 @@ def run(settings: Settings) -> int:
     for query in queries:
         if query.isActive:
             query.stop()
+    for app in events.APPS:
+        # The events query archives in a thread: land what is queued (a kill skips this; the next
+        # start re-reads those batches from Kafka instead).
+        if not app.drain(timeout=120):
+            print("lake stream: lake_events: archive queue not drained; the next start lands it", flush=True)
     for query in failed:
         print(f"lake stream: query {query.name} failed: {query.exception()}", file=sys.stderr, flush=True)
     return 1 if failed else 0

@@ -29,6 +29,7 @@ appends the exact sentinel (``,"\\u0000end"]...``) after its object would pass.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -323,8 +324,11 @@ def check_events(bronze: DataFrame, rules: ContractRules | None = None) -> DataF
     )
 
 
-def split_checked(checked: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """:func:`check_events` output -> ``(valid, rejects)`` as documented in :func:`parse_events`."""
+def split_checked(checked: DataFrame, keep: Sequence[str] = ()) -> tuple[DataFrame, DataFrame]:
+    """:func:`check_events` output -> ``(valid, rejects)`` as documented in :func:`parse_events`.
+
+    ``keep``: further columns of ``checked`` carried, as they are, to the end of ``valid``.
+    """
     valid = checked.where(F.col("_reason").isNull()).select(
         F.col("_event_id").alias("event_id"),
         F.col("_event_type").alias("event_type"),
@@ -340,6 +344,7 @@ def split_checked(checked: DataFrame) -> tuple[DataFrame, DataFrame]:
         F.col("offset").alias("_offset"),
         F.col("kafka_timestamp").alias("_kafka_timestamp"),
         F.col("ingest_time").alias("_ingest_time"),
+        *keep,
     )
     rejects = checked.where(F.col("_reason").isNotNull()).select(
         F.col("key").alias("raw_key"),

@@ -13,7 +13,7 @@ from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -69,14 +69,18 @@ def quarantine_schema() -> StructType:
     ])
 
 
-def bronze_columns(batch: DataFrame) -> DataFrame:
-    """Kafka source rows -> bronze rows: key, value, topic, partition, offset, kafka_timestamp, ingest_time, ingest_date."""
+def bronze_columns(batch: DataFrame, ingest_time: Column | None = None) -> DataFrame:
+    """Kafka source rows -> bronze rows: key, value, topic, partition, offset, kafka_timestamp, ingest_time, ingest_date.
+
+    ``ingest_time`` defaults to the query's current timestamp; pass a literal
+    to make a re-computation (a replay from Kafka) give the same rows.
+    """
     from pyspark.sql import functions as F
 
     return batch.select(
         "key", "value", "topic", "partition", "offset",
         F.col("timestamp").alias("kafka_timestamp"),
-        F.current_timestamp().alias("ingest_time"),
+        (F.current_timestamp() if ingest_time is None else ingest_time).alias("ingest_time"),
     ).withColumn("ingest_date", F.to_date("ingest_time"))
 
 

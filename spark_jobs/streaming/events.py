@@ -41,34 +41,37 @@ watermark) is filtered to batches before it.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.hot.events import HOT_VIEWS, HotView, apply_deltas, hot_schema, window_deltas
-from spark_jobs.io import ensure_database, table_location
+from spark_jobs.driver_delta import DriverTable
+from spark_jobs.hot.events import HOT_VIEWS, HotWindows, hot_schema
+from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
     append_once,
     bronze_columns,
     bronze_schema,
     create_table,
-    once_writer,
     quarantine_rows,
     quarantine_schema,
     query_id,
     read_json,
-    release,
     start_kafka_query,
     write_json_atomic,
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -77,6 +80,12 @@ BRONZE = "bronze.events__clickstream"
 SILVER = "silver.events"
 QUARANTINE = "quarantine.events"
 LEDGER = "ops.stream_events_ledger"
+ARCHIVE_LOG = "ops.stream_events_archive"
+#: Hot tables get a version per batch: keep removed files 1 hour (readers of older versions, time travel)
+#: and the log 1 day, instead of Delta's 7 and 30 days (~86,400 versions a day at one batch a second).
+HOT_TABLE_PROPERTIES = {"delta.deletedFileRetentionDuration": "interval 1 hours",
+                        "delta.logRetentionDuration": "interval 1 days"}
+HOT_VACUUM_SECONDS = 600
 
 
 def events_status_path(settings: Settings) -> Path:
@@ -127,8 +136,20 @@ class DedupIndex:
         return firsts, dups
 
 
+@dataclass
+class ArchiveJob:
+    """A batch whose hot windows and ledger row are committed; its bronze/silver/quarantine rows are not yet."""
+
+    batch_id: int
+    checked: DataFrame  # persisted: bronze columns + parse results + _batch_id + _late
+    duplicates: list[tuple[int, int]]  # (partition, offset) of valid records that are re-sends
+    received: int
+    quarantined: int
+    offsets: dict[str, list[int]]  # partition -> [first, last] offset
+
+
 class EventsApp:
-    """State and per-batch logic of the events query."""
+    """State and per-batch logic of the events query: the hot path in ``process``, the archive in a thread."""
 
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self.spark = spark
@@ -137,9 +158,23 @@ class EventsApp:
         self.index = DedupIndex(self.delay)
         self.watermark: datetime | None = None
         self.restored_for: int | None = None
+        self.done_through = -1  # batches up to here are in the ledger already (a replay after a crash)
+        self.hot = {view.table: HotWindows(view) for view in HOT_VIEWS}
+        self.hot_version: dict[str, int] = {}
+        self.driver_tables: dict[str, DriverTable] = {}
         self.progress: dict[str, Any] = read_json(events_status_path(settings)) or {"offsets": {}, "totals": {}}
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
+        self._progress_lock = threading.Lock()
+        # Archive queue: bounded by rows so a backlog never holds more than ~2 batches in memory.
+        self._jobs: deque[ArchiveJob] = deque()
+        self._queued_rows = 0
+        self._max_queued_rows = 2 * settings.events_max_offsets_per_trigger
+        self._cond = threading.Condition()
+        self._archive_error: BaseException | None = None
+        self._archiver: threading.Thread | None = None
+        self._stopping = False
+        self._last_vacuum = time.monotonic()
 
     # -- tables ---------------------------------------------------------------
 
@@ -157,167 +192,378 @@ class EventsApp:
         create_table(self.spark, self.settings, SILVER, _nullable(silver), ["event_date"])
         create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
         for view in HOT_VIEWS:
-            create_table(self.spark, self.settings, view.table, hot_schema(view))
+            create_table(self.spark, self.settings, view.table, hot_schema(view), props=HOT_TABLE_PROPERTIES)
         create_table(self.spark, self.settings, LEDGER, ledger_schema())
+        create_table(self.spark, self.settings, ARCHIVE_LOG, archive_log_schema())
+        for name in (*self.hot, LEDGER, ARCHIVE_LOG):
+            self.driver_tables[name] = DriverTable(self.settings, name)
 
-    # -- the batch --------------------------------------------------------------
+    # -- the hot path (foreachBatch) ---------------------------------------------
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        from spark_jobs.silver.events import parse_events
-
-        started = time.monotonic()
-        steps: dict[str, float] = {}
+        self._raise_archive_error()
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "events_hot")
         app_id = query_id(self.spark, QUERY)
         if self.restored_for is None:
-            self._restore(batch_id)
-        bronze = bronze_columns(batch).persist()
-        # Writes that do not depend on each other run in threads: a Delta commit is mostly
-        # driver-side waiting (log listing, state reconstruction, S3 round trips), so one
-        # table's commit overlaps another's compute. Each write is idempotent per batch id,
-        # so the order they land in does not matter for a replay (the ledger goes last).
-        pool = ThreadPoolExecutor(max_workers=len(HOT_VIEWS) + 2)
-        try:
-            t = time.monotonic()
-            stats = bronze.groupBy("partition").agg(
-                F.count(F.lit(1)).alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-                F.max("ingest_time").alias("ingest")).collect()
-            received = sum(int(r.n) for r in stats)
-            if received == 0:
+            self._restore(app_id, batch_id)
+        if batch_id <= self.done_through:
+            print(f"lake stream: {QUERY} batch {batch_id} is in the ledger already (replay after a restart); "
+                  "its tables were completed from Kafka at start", flush=True)
+            return
+        started = time.monotonic()
+        steps: dict[str, float] = {}
+        ingest_time = datetime.now(UTC)
+        watermark_before = self.watermark
+
+        t = time.monotonic()
+        checked = checked_frame(bronze_columns(batch, F.lit(ingest_time)), F.lit(batch_id).cast("bigint"),
+                                F.lit(watermark_before).cast("timestamp")).persist()
+        # One Spark job: reads the batch from Kafka, parses it into the cache (for the archive) and hands the
+        # driver the narrow columns the de-duplication and the hot windows need.
+        keys = checked.select("partition", "offset", F.col("_reason").isNull().alias("ok"), "_event_id",
+                              "_event_type", "_user_id", "_event_time", "_p_revenue").toArrow()
+        steps["read_parse"] = time.monotonic() - t
+        received = keys.num_rows
+        if received == 0:
+            checked.unpersist()
+            return
+
+        t = time.monotonic()
+        parts, offs, ok = (keys.column(c).to_pylist() for c in ("partition", "offset", "ok"))
+        offsets: dict[str, list[int]] = {}
+        for p, o in zip(parts, offs, strict=True):
+            lo_hi = offsets.setdefault(str(p), [o, o])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], o), max(lo_hi[1], o)
+        valid_rows = [i for i, good in enumerate(ok) if good]
+        ids, types, users, times, revenue = (keys.column(c).to_pylist() for c in
+                                            ("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue"))
+        firsts, dups = self.index.split([(ids[i], parts[i], offs[i]) for i in valid_rows])
+        new_rows = [valid_rows[j] for j in firsts]
+        event_times = {i: times[i].astimezone(UTC) if times[i].tzinfo else times[i].replace(tzinfo=UTC)
+                       for i in new_rows}
+        late_flags = {i: watermark_before is not None and event_times[i] < watermark_before for i in new_rows}
+        on_time = [event_times[i] for i in new_rows if not late_flags[i]]
+        if on_time:
+            candidate = max(on_time) - self.delay
+            self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
+        steps["dedup"] = time.monotonic() - t
+
+        t = time.monotonic()
+        events = [(types[i], users[i], event_times[i], revenue[i], late_flags[i]) for i in new_rows]
+        for table, windows in self.hot.items():
+            if batch_id <= self.hot_version.get(table, -1):
+                continue  # committed before a crash: the state loaded from the table holds it
+            if windows.add(events, batch_id, ingest_time) or table not in self.hot_version:
+                self.driver_tables[table].write_once(windows.rows(), app_id, batch_id, "overwrite")
+                self.hot_version[table] = batch_id
+        hot_committed = datetime.now(UTC)
+        steps["hot"] = time.monotonic() - t
+
+        t = time.monotonic()
+        quarantined = received - len(valid_rows)
+        late = sum(1 for i in new_rows if late_flags[i])
+        dup_offsets: dict[str, list[int]] = {}
+        for p, o in dups:
+            dup_offsets.setdefault(str(p), []).append(o)
+        ledger = {
+            "batch_id": batch_id, "received": received, "valid": len(valid_rows), "quarantined": quarantined,
+            "duplicates": len(dups), "appended": len(new_rows), "late": late,
+            "watermark_before": watermark_before, "watermark_after": self.watermark,
+            "max_ingest_time": ingest_time, "hot_committed_at": hot_committed,
+            "offsets": {k: f"{v[0]}-{v[1]}" for k, v in offsets.items()},
+            "duplicate_offsets": list(dup_offsets.items()),
+            "batch_seconds": time.monotonic() - started,
+        }
+        # The ledger row is the batch's decision log: with its offsets, watermark and duplicates the
+        # archive can be recomputed from Kafka exactly if the driver dies before it lands.
+        self.driver_tables[LEDGER].write_once([ledger], app_id, batch_id, "append")
+        self.index.add_batch(batch_id, ingest_time, (ids[i] for i in new_rows))
+        steps["ledger"] = time.monotonic() - t
+        self._record_progress(batch_id, ledger, steps, started)
+        self._maybe_vacuum_hot()
+        self._enqueue(ArchiveJob(batch_id, checked, dups, received, quarantined, offsets), app_id)
+
+    # -- the archive (bronze, silver, quarantine) ----------------------------------
+
+    def _enqueue(self, job: ArchiveJob, app_id: str) -> None:
+        """Hand ``job`` to the archive thread; waits while the queue holds too many rows (back-pressure)."""
+        if self._archiver is None or not self._archiver.is_alive():
+            self._archiver = threading.Thread(target=self._archive_loop, args=(app_id,), name="events-archive",
+                                              daemon=True)
+            self._archiver.start()
+        with self._cond:
+            while self._jobs and self._queued_rows + job.received > self._max_queued_rows:
+                self._cond.wait(1.0)
+                self._raise_archive_error()
+            self._jobs.append(job)
+            self._queued_rows += job.received
+            self._cond.notify_all()
+
+    def _archive_loop(self, app_id: str) -> None:
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "events_archive")
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopping:
+                    self._cond.wait(1.0)
+                if not self._jobs:
+                    return
+                group = list(self._jobs)  # every batch waiting: one append per table for all of them
+            started = time.monotonic()
+            try:
+                frame = reduce(lambda a, b: a.unionByName(b), [job.checked for job in group])
+                ids = {job.batch_id for job in group}
+                rejected = {job.batch_id for job in group if job.quarantined}
+                archive(frame, [d for job in group for d in job.duplicates], app_id,
+                        {BRONZE: ids, SILVER: ids, QUARANTINE: rejected})
+                seconds = time.monotonic() - started
+                self.driver_tables[ARCHIVE_LOG].write_once([{
+                    "first_batch": group[0].batch_id, "last_batch": group[-1].batch_id, "batches": len(group),
+                    "records": sum(job.received for job in group), "archived_at": datetime.now(UTC),
+                    "seconds": seconds}], app_id, group[-1].batch_id, "append")
+                self._record_archived(group, seconds)
+            except BaseException as exc:  # noqa: BLE001  (surfaced by the next process() call: the query fails)
+                self._archive_error = exc
+                print(f"lake stream: {QUERY}: archive of batches {group[0].batch_id}-{group[-1].batch_id} "
+                      f"failed: {exc}", file=sys.stderr, flush=True)
+                with self._cond:
+                    self._cond.notify_all()
                 return
-            ingest_time = max(r.ingest for r in stats).astimezone(UTC)  # naive = local time (PySpark)
-            steps["read"] = time.monotonic() - t
-            bronze_job = pool.submit(_timed, append_once, bronze, BRONZE, app_id, batch_id, partition="ingest_date")
+            finally:
+                for job in group:
+                    job.checked.unpersist()
+            with self._cond:
+                for _ in group:
+                    done = self._jobs.popleft()
+                    self._queued_rows -= done.received
+                self._cond.notify_all()
 
-            t = time.monotonic()
-            valid, rejects = parse_events(bronze)
-            valid = valid.persist()
-            keys = valid.select("event_id", "_partition", "_offset", "event_time").toArrow()
-            ids = keys.column("event_id").to_pylist()
-            parts = keys.column("_partition").to_pylist()
-            offs = keys.column("_offset").to_pylist()
-            times = keys.column("event_time").to_pylist()
-            firsts, dups = self.index.split(list(zip(ids, parts, offs, strict=True)))
-            steps["parse_dedup"] = time.monotonic() - t
+    def _raise_archive_error(self) -> None:
+        if self._archive_error is not None:
+            raise RuntimeError(f"{QUERY}: the archive thread failed (bronze/silver/quarantine append); the "
+                               "batches it did not land are re-read from Kafka at the next start") \
+                from self._archive_error
 
-            t = time.monotonic()
-            watermark_before = self.watermark
-            new = valid
-            if dups:
-                dup_frame = self.spark.createDataFrame(dups, "_partition INT, _offset BIGINT")
-                new = valid.join(F.broadcast(dup_frame), ["_partition", "_offset"], "left_anti")
-            late_flag = (F.col("event_time") < F.lit(watermark_before)) if watermark_before else F.lit(False)
-            # A local checkpoint, not a cache: it has no lineage to recompute, so the silver append
-            # and the three window aggregates (run in parallel) read its blocks and never re-parse
-            # the batch from the Kafka bytes (profiled with hot MERGEs: Delta's copy of each MERGE
-            # source missed a persisted frame's cache and re-parsed 100,000 events per hot table).
-            new = (new.withColumn("_late", late_flag).withColumn("_batch_id", F.lit(batch_id).cast("bigint"))
-                   .localCheckpoint(eager=True))
-            on_time_times = [times[i].astimezone(UTC) for i in firsts
-                             if watermark_before is None or times[i].astimezone(UTC) >= watermark_before]
-            late = sum(1 for i in firsts if watermark_before is not None and times[i].astimezone(UTC) < watermark_before)
-            if on_time_times:
-                candidate = max(on_time_times) - self.delay
-                self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
-            steps["new"] = time.monotonic() - t
+    def drain(self, timeout: float) -> bool:
+        """Let the archive thread land what is queued (a clean stop); False if it did not within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            while self._jobs and self._archive_error is None and time.monotonic() < deadline:
+                self._cond.wait(1.0)
+            return not self._jobs
 
-            t = time.monotonic()
-            quarantined = received - len(ids)
-            hot_jobs = [pool.submit(_timed, self._write_hot, view, new, app_id, batch_id) for view in HOT_VIEWS]
-            silver_job = pool.submit(_timed, append_once, new, SILVER, app_id, batch_id, partition="event_date")
-            quarantine_job = (pool.submit(_timed, append_once, quarantine_rows(rejects, "events"), QUARANTINE,
-                                          app_id, batch_id) if quarantined else None)
-            hot_done = max(job.result() for job in hot_jobs)
-            hot_committed = datetime.now(UTC) - timedelta(seconds=time.monotonic() - hot_done)
-            steps["hot"] = hot_done - t
-            steps["silver"] = silver_job.result() - t
-            if quarantine_job is not None:
-                steps["quarantine"] = quarantine_job.result() - t
-            # Started before the parse; measured from the start of the batch's writes.
-            steps["bronze"] = bronze_job.result() - started
+    def _recover(self, app_id: str, ledger_rows: list[Any]) -> None:
+        """Land the ledger's batches that bronze/silver/quarantine miss (the driver died before the archive).
 
-            t = time.monotonic()
-            self.index.add_batch(batch_id, ingest_time, (ids[i] for i in firsts))
-            offsets = {f"{r.partition}": [int(r.lo), int(r.hi)] for r in stats}
-            ledger = {
-                "batch_id": batch_id, "received": received, "valid": len(ids), "quarantined": quarantined,
-                "duplicates": len(dups), "appended": len(firsts), "late": late,
-                "watermark_before": watermark_before, "watermark_after": self.watermark,
-                "max_ingest_time": ingest_time, "hot_committed_at": hot_committed,
-                "offsets": {k: f"{v[0]}-{v[1]}" for k, v in offsets.items()},
-                "batch_seconds": time.monotonic() - started,
-            }
-            append_once(self.spark.createDataFrame([ledger], ledger_schema()), LEDGER, app_id, batch_id)
-            steps["ledger"] = time.monotonic() - t
-            self._record_progress(batch_id, ledger, offsets, steps, started)
-            release(new)
-            valid.unpersist()
+        Each table gets exactly the batches after its own Delta transaction
+        version, recomputed from Kafka with the ledger's ingest time, watermark
+        and duplicates, so the rows are those the lost archive would have written.
+        """
+        from pyspark.sql import functions as F
+
+        versions = {name: _txn_version(self.settings, name, app_id) for name in (BRONZE, SILVER, QUARANTINE)}
+        wanted = {
+            BRONZE: {int(r.batch_id) for r in ledger_rows if int(r.batch_id) > versions[BRONZE]},
+            SILVER: {int(r.batch_id) for r in ledger_rows if int(r.batch_id) > versions[SILVER]},
+            QUARANTINE: {int(r.batch_id) for r in ledger_rows
+                         if int(r.batch_id) > versions[QUARANTINE] and int(r.quarantined) > 0},
+        }
+        needed = set().union(*wanted.values())
+        if not needed:
+            return
+        rows = [r for r in ledger_rows if int(r.batch_id) in needed]
+        started = time.monotonic()
+        print(f"lake stream: {QUERY}: landing {len(rows)} batch(es) ({sum(int(r.received) for r in rows)} records) "
+              f"the last run committed to the ledger but not to "
+              f"{', '.join(t for t, b in wanted.items() if b)}, re-read from Kafka", flush=True)
+        meta = self.spark.createDataFrame(
+            [(int(r.batch_id), int(p), int(span.split("-")[0]), int(span.split("-")[1]), r.watermark_before,
+              r.max_ingest_time) for r in rows for p, span in r.offsets.items()],
+            "_batch_id BIGINT, _p INT, _lo BIGINT, _hi BIGINT, _wm TIMESTAMP, _ingest TIMESTAMP")
+        raw = read_kafka_ranges(self.spark, self.settings, rows)
+        joined = raw.join(F.broadcast(meta), (F.col("partition") == F.col("_p"))
+                          & F.col("offset").between(F.col("_lo"), F.col("_hi")))
+        bronze = joined.select(
+            "key", "value", "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
+            F.col("_ingest").alias("ingest_time"), F.to_date("_ingest").alias("ingest_date"), "_batch_id", "_wm")
+        checked = checked_frame(bronze, F.col("_batch_id"), F.col("_wm")).persist()
+        try:
+            dups = [(int(p), int(o)) for r in rows for p, offs in (r.duplicate_offsets or {}).items() for o in offs]
+            archive(checked, dups, app_id, wanted)
         finally:
-            pool.shutdown(wait=True)
-            bronze.unpersist()
+            checked.unpersist()
+        print(f"lake stream: {QUERY}: recovered batches {min(needed)}-{max(needed)} in "
+              f"{time.monotonic() - started:.1f} s", flush=True)
 
-    def _write_hot(self, view: HotView, new: DataFrame, app_id: str, batch_id: int) -> None:
-        """Add the batch's new events to ``view``'s windows: one overwrite of the (small) hot table."""
+    # -- restart -----------------------------------------------------------------
+
+    def _restore(self, app_id: str, batch_id: int) -> None:
+        """After a (re)start: land what the last run left, then the watermark, dedup index and hot windows."""
         from pyspark.sql import functions as F
 
-        session = new.sparkSession
-        deltas = (window_deltas(new, view).withColumn("updated_at", F.current_timestamp())
-                  .withColumn("_batch", F.lit(batch_id).cast("bigint")))
-        # Reads version N of the table and replaces it with N + batch in one commit; a replay of a
-        # batch already committed is skipped by Delta (txnVersion <= the one recorded for txnAppId).
-        # Saved by path: saveAsTable refuses to overwrite a table the frame reads from.
-        (once_writer(apply_deltas(session.table(view.table), deltas, view), view.table, app_id, batch_id)
-         .mode("overwrite").save(table_location(self.settings, view.table)))
-
-    def _restore(self, batch_id: int) -> None:
-        """After a (re)start: watermark and dedup index as they were before ``batch_id``."""
-        from pyspark.sql import functions as F
-
-        last = (self.spark.table(LEDGER).where(F.col("batch_id") < batch_id)
-                .orderBy(F.col("batch_id").desc()).limit(1).collect())
+        floor = min(_txn_version(self.settings, name, app_id) for name in (BRONZE, SILVER))
+        ledger_rows = self.spark.table(LEDGER).where(F.col("batch_id") > floor).orderBy("batch_id").collect()
+        self._recover(app_id, ledger_rows)
+        last = (self.spark.table(LEDGER).orderBy(F.col("batch_id").desc()).limit(1).collect())
         if last:
             row = last[0]
+            self.done_through = int(row.batch_id)
             self.watermark = row.watermark_after.astimezone(UTC) if row.watermark_after else None
             since = row.max_ingest_time.astimezone(UTC) - self.delay
-            recent = (self.spark.table(SILVER).where((F.col("_batch_id") < batch_id)
-                                                    & (F.col("_ingest_time") >= F.lit(since)))
+            recent = (self.spark.table(SILVER).where(F.col("_ingest_time") >= F.lit(since))
                       .groupBy("_batch_id").agg(F.collect_list("event_id").alias("ids"),
                                                 F.max("_ingest_time").alias("ingest"))
                       .orderBy("_batch_id").collect())
             for r in recent:
                 self.index.add_batch(int(r._batch_id), r.ingest.astimezone(UTC), r.ids)
             print(f"lake stream: {QUERY} restored watermark {self.watermark} and {len(self.index)} recent "
-                  f"event ids before batch {batch_id}", flush=True)
+                  f"event ids (ledger through batch {self.done_through}, next batch {batch_id})", flush=True)
+        for table, windows in self.hot.items():
+            driver_table = self.driver_tables[table]
+            windows.load(driver_table.read().to_pylist())
+            version = driver_table.committed_version(app_id)
+            if version is not None:
+                self.hot_version[table] = version
         self.restored_for = batch_id
 
-    def _record_progress(self, batch_id: int, ledger: dict[str, Any], offsets: dict[str, list[int]],
-                         steps: dict[str, float], started: float) -> None:
+    # -- status ------------------------------------------------------------------
+
+    def _record_progress(self, batch_id: int, ledger: dict[str, Any], steps: dict[str, float],
+                         started: float) -> None:
+        with self._progress_lock:
+            totals = self.progress["totals"]
+            for key in ("received", "valid", "quarantined", "duplicates", "appended", "late"):
+                totals[key] = int(totals.get(key, 0)) + int(ledger[key])
+            wm = ledger["watermark_after"]
+            self.progress.update({
+                "query": QUERY, "batch_id": batch_id, "committed_at": datetime.now(UTC).isoformat(),
+                "batch_seconds": round(time.monotonic() - started, 3), "batch_records": ledger["received"],
+                "watermark": wm.isoformat() if wm else None,
+                "dedup_index_ids": len(self.index),
+                "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
+            })
+            write_json_atomic(events_status_path(self.settings), self.progress)
+
+    def _record_archived(self, group: list[ArchiveJob], seconds: float) -> None:
+        """``offsets`` in the status file move only when bronze and silver hold them (``lake stream wait``)."""
         from spark_jobs.contracts.events import TOPIC
 
-        totals = self.progress["totals"]
-        for key in ("received", "valid", "quarantined", "duplicates", "appended", "late"):
-            totals[key] = int(totals.get(key, 0)) + int(ledger[key])
-        self.progress["offsets"].update({f"{TOPIC}:{p}": hi for p, (_lo, hi) in offsets.items()})
-        wm = ledger["watermark_after"]
-        self.progress.update({
-            "query": QUERY, "batch_id": batch_id, "committed_at": datetime.now(UTC).isoformat(),
-            "batch_seconds": round(time.monotonic() - started, 3), "batch_records": ledger["received"],
-            "watermark": wm.isoformat() if wm else None,
-            "dedup_index_ids": len(self.index),
-            "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
-        })
-        write_json_atomic(events_status_path(self.settings), self.progress)
+        with self._progress_lock:
+            for job in group:
+                self.progress["offsets"].update({f"{TOPIC}:{p}": hi for p, (_lo, hi) in job.offsets.items()})
+            self.progress.update({
+                "archived_batch_id": group[-1].batch_id, "archived_at": datetime.now(UTC).isoformat(),
+                "archive_seconds": round(seconds, 3), "archive_batches": len(group),
+            })
+            write_json_atomic(events_status_path(self.settings), self.progress)
+
+    def _maybe_vacuum_hot(self) -> None:
+        """Hot tables get a new version per batch: drop the files removed more than their retention ago."""
+        if time.monotonic() - self._last_vacuum < HOT_VACUUM_SECONDS:
+            return
+        self._last_vacuum = time.monotonic()
+        for table in self.hot:
+            self.driver_tables[table].vacuum()
 
 
-def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
-    """Run ``fn`` and return the monotonic time it finished (for the step timings of parallel writes)."""
-    fn(*args, **kwargs)
-    return time.monotonic()
+def checked_frame(bronze: DataFrame, batch_id: Column, watermark_before: Column) -> DataFrame:
+    """Bronze rows -> bronze columns + parse results + ``_batch_id`` + ``_late`` (what the archive and hot path read).
+
+    ``_late``: the event time is older than the watermark in force when its
+    batch arrived (NULL watermark: nothing is late yet).
+    """
+    from pyspark.sql import functions as F
+
+    from spark_jobs.silver.events import PROPERTY_COLUMNS, check_events
+
+    checked = check_events(bronze)
+    return checked.select(
+        "key", "value", "topic", "partition", "offset", "kafka_timestamp", "ingest_time", "ingest_date",
+        "_reason", "_error", "_event_id", "_event_type", "_user_id", "_session_id", "_event_time", "_event_date",
+        "_properties", *[f"_p_{name}" for name, _t, _o in PROPERTY_COLUMNS], "_schema_version",
+        batch_id.alias("_batch_id"),
+        F.coalesce(F.col("_event_time") < watermark_before, F.lit(False)).alias("_late"),
+    )
+
+
+def archive(checked: DataFrame, duplicates: Sequence[tuple[int, int]], app_id: str,
+            batches: dict[str, set[int]]) -> None:
+    """Append :func:`checked_frame` rows to bronze, silver (new unique events) and quarantine, once each.
+
+    ``batches`` names, per table, the batch ids of ``checked`` it still needs;
+    each table gets one append with the highest of them as its Delta
+    ``txnVersion``. ``duplicates`` are the (partition, offset) of valid
+    records the hot path found to be re-sends. The three appends run in
+    parallel threads (a Delta commit is mostly driver-side waiting).
+    """
+    from pyspark.sql import functions as F
+
+    from spark_jobs.silver.events import split_checked
+
+    session = checked.sparkSession
+
+    every = set().union(*batches.values())
+
+    def rows_for(table: str) -> DataFrame:
+        wanted = batches[table]
+        return checked if wanted == every else checked.where(F.col("_batch_id").isin(*sorted(wanted)))
+
+    def bronze() -> None:
+        frame = rows_for(BRONZE).select(*bronze_schema().fieldNames())
+        append_once(frame, BRONZE, app_id, max(batches[BRONZE]), partition="ingest_date")
+
+    def silver() -> None:
+        valid, _ = split_checked(rows_for(SILVER), keep=("_late", "_batch_id"))
+        if duplicates:
+            dup_frame = session.createDataFrame(list(duplicates), "_partition INT, _offset BIGINT")
+            valid = valid.join(F.broadcast(dup_frame), ["_partition", "_offset"], "left_anti")
+        append_once(valid, SILVER, app_id, max(batches[SILVER]), partition="event_date")
+
+    def quarantine() -> None:
+        _, rejects = split_checked(rows_for(QUARANTINE))
+        append_once(quarantine_rows(rejects, "events"), QUARANTINE, app_id, max(batches[QUARANTINE]))
+
+    work = {BRONZE: bronze, SILVER: silver, QUARANTINE: quarantine}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(work[table]) for table, ids in batches.items() if ids]
+        for future in futures:
+            future.result()
+
+
+def read_kafka_ranges(spark: SparkSession, settings: Settings, ledger_rows: Sequence[Any]) -> DataFrame:
+    """The records of the ledger rows' offset ranges, read from Kafka in one batch query."""
+    import json
+
+    from spark_jobs.contracts.events import TOPIC
+
+    lo: dict[str, int] = {}
+    hi: dict[str, int] = {}
+    for row in ledger_rows:
+        for p, span in row.offsets.items():
+            first, last = (int(x) for x in span.split("-"))
+            lo[p] = min(lo.get(p, first), first)
+            hi[p] = max(hi.get(p, last), last)
+    return (spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+            .option("assign", json.dumps({TOPIC: sorted(int(p) for p in lo)}))
+            .option("startingOffsets", json.dumps({TOPIC: lo}))
+            .option("endingOffsets", json.dumps({TOPIC: {p: v + 1 for p, v in hi.items()}}))
+            .option("failOnDataLoss", "true")
+            .load())
+
+
+def _txn_version(settings: Settings, table: str, app_id: str) -> int:
+    """Last batch id ``table`` committed for the query ``app_id`` (-1: none)."""
+    version = DriverTable(settings, table).committed_version(app_id)
+    return -1 if version is None else version
 
 
 def ledger_schema() -> StructType:
     from pyspark.sql.types import (
+        ArrayType,
         DoubleType,
         LongType,
         MapType,
@@ -332,7 +578,20 @@ def ledger_schema() -> StructType:
         *[StructField(n, LongType()) for n in longs],
         StructField("watermark_before", TimestampType()), StructField("watermark_after", TimestampType()),
         StructField("max_ingest_time", TimestampType()), StructField("hot_committed_at", TimestampType()),
-        StructField("offsets", MapType(StringType(), StringType())), StructField("batch_seconds", DoubleType()),
+        StructField("offsets", MapType(StringType(), StringType())),
+        StructField("duplicate_offsets", MapType(StringType(), ArrayType(LongType()))),
+        StructField("batch_seconds", DoubleType()),
+    ])
+
+
+def archive_log_schema() -> StructType:
+    """``ops.stream_events_archive``: one row per archive append (a group of batches landed in bronze/silver)."""
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType, TimestampType
+
+    return StructType([
+        StructField("first_batch", LongType()), StructField("last_batch", LongType()),
+        StructField("batches", LongType()), StructField("records", LongType()),
+        StructField("archived_at", TimestampType()), StructField("seconds", DoubleType()),
     ])
 
 
@@ -340,6 +599,10 @@ def _nullable(schema: StructType) -> StructType:
     from pyspark.sql.types import StructField, StructType
 
     return StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+
+
+#: The running apps of this process (``stream.run`` drains their archive queues on a clean stop).
+APPS: list[EventsApp] = []
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
@@ -350,5 +613,6 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     ensure_topic(settings.kafka_bootstrap, TOPIC)
     app = EventsApp(spark, settings)
     app.ensure_tables()
+    APPS.append(app)
     return start_kafka_query(spark, settings, QUERY, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger,
                              settings.events_trigger_seconds, app.process)

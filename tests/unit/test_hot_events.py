@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from pyspark.sql import functions as F
 
 from spark_jobs.hot.events import (
     ACTIVE_USERS_5M,
@@ -15,7 +15,7 @@ from spark_jobs.hot.events import (
     HOT_VIEWS,
     SALES_PER_MINUTE,
     HotView,
-    apply_deltas,
+    HotWindows,
     batch_aggregate,
     hot_schema,
     window_deltas,
@@ -62,17 +62,19 @@ def test_active_users_are_distinct_and_funnel_counts_each_stage(spark: Any) -> N
     assert funnel[T0 + timedelta(minutes=15)]["checkouts"] == 1
 
 
-def _apply(spark: Any, view: HotView, current: Any, part: list[Any], batch_id: int) -> Any:
-    deltas = (window_deltas(_events(spark, part), view).withColumn("updated_at", F.lit(T0))
-              .withColumn("_batch", F.lit(batch_id).cast("bigint")))
-    return apply_deltas(current, deltas, view).localCheckpoint()
+def _apply(windows: HotWindows, part: list[Any], batch_id: int) -> None:
+    windows.add([(t, u, at, rev, late) for t, u, at, rev, late in part], batch_id, T0)
 
 
 @pytest.mark.parametrize("view", HOT_VIEWS, ids=lambda v: v.table)
-def test_batches_applied_one_by_one_equal_the_batch_aggregation(spark: Any, view: HotView) -> None:
-    table = spark.createDataFrame([], hot_schema(view))
-    for batch_id, part in enumerate((ROWS[:3], ROWS[3:5], ROWS[5:])):  # three micro-batches
-        table = _apply(spark, view, table, part, batch_id)
+@pytest.mark.parametrize("cuts", [(3, 5), (1, 2, 7), ()], ids=["three-batches", "four-batches", "one-batch"])
+def test_batches_added_in_the_driver_equal_the_spark_batch_aggregation(spark: Any, view: HotView,
+                                                                       cuts: tuple[int, ...]) -> None:
+    windows = HotWindows(view)
+    bounds = [0, *cuts, len(ROWS)]
+    for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        _apply(windows, ROWS[lo:hi], batch_id)
+    table = spark.createDataFrame(windows.rows(), hot_schema(view))  # the schema a driver commit must fit
     assert table.columns == hot_schema(view).names
     got = _by_window(table)
     whole = _by_window(batch_aggregate(_events(spark, ROWS), view))
@@ -81,14 +83,35 @@ def test_batches_applied_one_by_one_equal_the_batch_aggregation(spark: Any, view
         k: {c: v[c] for c in cols} for k, v in whole.items()}
 
 
-def test_untouched_windows_keep_their_last_batch_and_user_sets_union(spark: Any) -> None:
-    table = spark.createDataFrame([], hot_schema(ACTIVE_USERS_5M))
-    table = _apply(spark, ACTIVE_USERS_5M, table, [ROWS[0], ROWS[5]], 7)  # windows 12:00 and 12:00 (minute 3)
-    table = _apply(spark, ACTIVE_USERS_5M, table, [ROWS[1], ROWS[7]], 8)  # 12:00 again, and 12:15
-    got = _by_window(table)
+def test_untouched_windows_keep_their_last_batch_and_user_sets_union() -> None:
+    windows = HotWindows(ACTIVE_USERS_5M)
+    _apply(windows, [ROWS[0], ROWS[5]], 7)  # windows 12:00 and 12:00 (minute 3)
+    _apply(windows, [ROWS[1], ROWS[7]], 8)  # 12:00 again, and 12:15
+    got = {r["window_start"]: r for r in windows.rows()}
     assert got[T0]["user_ids"] == [1, 2] and got[T0]["active_users"] == 2 and got[T0]["_last_batch"] == 8
     assert got[T0 + timedelta(minutes=15)]["_last_batch"] == 8
-    table = _apply(spark, ACTIVE_USERS_5M, table, [ROWS[7]], 9)
-    got = _by_window(table)
+    _apply(windows, [ROWS[7]], 9)
+    got = {r["window_start"]: r for r in windows.rows()}
     assert got[T0]["_last_batch"] == 8 and got[T0]["active_users"] == 2
     assert got[T0 + timedelta(minutes=15)]["user_ids"] == [5] and got[T0 + timedelta(minutes=15)]["_last_batch"] == 9
+
+
+def test_state_reloaded_from_the_table_rows_continues_exactly() -> None:
+    """A restart loads the committed rows back: adding the rest then equals adding everything in one go."""
+    for view in HOT_VIEWS:
+        straight = HotWindows(view)
+        _apply(straight, ROWS, 1)
+        first = HotWindows(view)
+        _apply(first, ROWS[:4], 0)
+        reloaded = HotWindows(view)
+        reloaded.load(first.rows())
+        _apply(reloaded, ROWS[4:], 1)
+        assert reloaded.rows() == straight.rows()
+
+
+def test_window_start_follows_spark_tumbling_windows_for_naive_utc_times() -> None:
+    windows = HotWindows(FUNNEL_15M)
+    windows.add([("page_view", 1, datetime(2026, 11, 22, 12, 29, 59, 999999), None, False),  # naive = UTC (Arrow)
+                 ("page_view", 1, T0 + timedelta(minutes=30), None, False)], 0, T0)
+    starts = [r["window_start"] for r in windows.rows()]
+    assert starts == [T0 + timedelta(minutes=15), T0 + timedelta(minutes=30)]
