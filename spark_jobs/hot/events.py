@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -49,6 +49,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -168,33 +171,64 @@ class HotWindows:
     def add(self, events: Iterable[tuple[str, int | None, datetime, Decimal | None, bool]], batch_id: int,
             now: datetime) -> int:
         """Add ``(event_type, user_id, event_time, revenue, late)`` events; returns how many windows changed."""
-        touched: set[int] = set()
-        for event_type, user_id, event_time, revenue, late in events:
-            start = _micros(event_time)
-            start -= start % self._length
+        import pyarrow as pa
+
+        rows = list(events)
+        table = pa.table({
+            "event_type": pa.array([r[0] for r in rows], pa.string()),
+            "user_id": pa.array([r[1] for r in rows], pa.int64()),
+            "event_us": pa.array([_micros(r[2]) for r in rows], pa.int64()),
+            "revenue": pa.array([r[3] for r in rows], pa.decimal128(18, 2)),
+            "late": pa.array([r[4] for r in rows], pa.bool_()),
+        })
+        return self.add_arrow(table, batch_id, now)
+
+    def add_arrow(self, events: pa.Table, batch_id: int, now: datetime) -> int:
+        """Add a batch's events (Arrow: ``event_type``, ``user_id``, ``event_us`` = event time in epoch
+        microseconds, ``revenue``, ``late``), aggregated per window by Arrow; returns how many windows changed."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if events.num_rows == 0:
+            return 0
+        micros = events.column("event_us").to_numpy()
+        on_time = pc.invert(events.column("late"))
+        etype = events.column("event_type")
+        columns: dict[str, Any] = {
+            "start": pa.array(micros - micros % self._length),
+            "late_events": pc.cast(events.column("late"), pa.int64()),
+        }
+        aggs: list[tuple[str, str]] = [("late_events", "sum")]
+        for name in self.view.metric_names:
+            if name == "revenue":
+                is_purchase = pc.and_(on_time, pc.equal(etype, "purchase"))
+                columns[name] = pc.if_else(is_purchase, events.column("revenue"), None)
+                aggs.append((name, "sum"))
+            elif name in _COUNTED:
+                columns[name] = pc.cast(pc.and_(on_time, pc.equal(etype, _COUNTED[name])), pa.int64())
+                aggs.append((name, "sum"))
+        if self.view.user_set:
+            columns["users"] = pc.if_else(on_time, events.column("user_id"), None)
+            aggs.append(("users", "distinct"))
+        grouped = pa.table(columns).group_by("start").aggregate(aggs).to_pylist()
+        for g in grouped:
+            start = int(g["start"])
             window = self.windows.get(start)
             if window is None:
                 window = self._empty(start)
                 self.windows[start] = window
-            touched.add(start)
-            if late:
-                window["late_events"] += 1
-                continue
+            window["late_events"] += int(g["late_events_sum"] or 0)
             for name in self.view.metric_names:
                 if name == "revenue":
-                    if event_type == "purchase" and revenue is not None:
-                        window["revenue"] += revenue
-                elif name in _COUNTED and _COUNTED[name] == event_type:
-                    window[name] += 1
-            if self.view.user_set and user_id is not None:
-                window["user_ids"].add(user_id)
-        for start in touched:
-            window = self.windows[start]
+                    window[name] += g["revenue_sum"] or Decimal("0.00")
+                elif name in _COUNTED:
+                    window[name] += int(g[f"{name}_sum"] or 0)
             if self.view.user_set:
+                window["user_ids"].update(u for u in g["users_distinct"] if u is not None)
                 window["active_users"] = len(window["user_ids"])
             window["updated_at"] = now
             window["_last_batch"] = batch_id
-        return len(touched)
+        return len(grouped)
 
     def rows(self) -> list[dict[str, Any]]:
         """Every window as a ``hot_schema`` row, ordered by window start."""

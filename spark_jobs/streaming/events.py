@@ -202,6 +202,9 @@ class EventsApp:
     # -- the hot path (foreachBatch) ---------------------------------------------
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
         from pyspark.sql import functions as F
 
         self._raise_archive_error()
@@ -234,31 +237,36 @@ class EventsApp:
             return
 
         t = time.monotonic()
-        parts, offs, ok = (keys.column(c).to_pylist() for c in ("partition", "offset", "ok"))
+        parts, offs = keys.column("partition").to_pylist(), keys.column("offset").to_pylist()
         offsets: dict[str, list[int]] = {}
         for p, o in zip(parts, offs, strict=True):
             lo_hi = offsets.setdefault(str(p), [o, o])
-            lo_hi[0], lo_hi[1] = min(lo_hi[0], o), max(lo_hi[1], o)
-        valid_rows = [i for i, good in enumerate(ok) if good]
-        ids, types, users, times, revenue = (keys.column(c).to_pylist() for c in
-                                            ("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue"))
+            if o < lo_hi[0]:
+                lo_hi[0] = o
+            elif o > lo_hi[1]:
+                lo_hi[1] = o
+        valid_rows = [i for i, good in enumerate(keys.column("ok").to_pylist()) if good]
+        ids = keys.column("_event_id").to_pylist()
         firsts, dups = self.index.split([(ids[i], parts[i], offs[i]) for i in valid_rows])
         new_rows = [valid_rows[j] for j in firsts]
-        event_times = {i: times[i].astimezone(UTC) if times[i].tzinfo else times[i].replace(tzinfo=UTC)
-                       for i in new_rows}
-        late_flags = {i: watermark_before is not None and event_times[i] < watermark_before for i in new_rows}
-        on_time = [event_times[i] for i in new_rows if not late_flags[i]]
-        if on_time:
-            candidate = max(on_time) - self.delay
+        new = keys.take(pa.array(new_rows, pa.int64()))
+        micros = pc.cast(new.column("_event_time"), pa.int64()).to_numpy(zero_copy_only=False)
+        wm_us = None if watermark_before is None else _epoch_micros(watermark_before)
+        late_mask = (micros < wm_us) if wm_us is not None else np.zeros(len(micros), dtype=bool)
+        late = int(late_mask.sum())
+        if late < len(micros):
+            candidate = _from_micros(int(micros[~late_mask].max())) - self.delay
             self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
         steps["dedup"] = time.monotonic() - t
 
         t = time.monotonic()
-        events = [(types[i], users[i], event_times[i], revenue[i], late_flags[i]) for i in new_rows]
+        events = pa.table({"event_type": new.column("_event_type"), "user_id": new.column("_user_id"),
+                           "event_us": pa.array(micros, pa.int64()), "revenue": new.column("_p_revenue"),
+                           "late": pa.array(late_mask, pa.bool_())})
         for table, windows in self.hot.items():
             if batch_id <= self.hot_version.get(table, -1):
                 continue  # committed before a crash: the state loaded from the table holds it
-            if windows.add(events, batch_id, ingest_time) or table not in self.hot_version:
+            if windows.add_arrow(events, batch_id, ingest_time) or table not in self.hot_version:
                 self.driver_tables[table].write_once(windows.rows(), app_id, batch_id, "overwrite")
                 self.hot_version[table] = batch_id
         hot_committed = datetime.now(UTC)
@@ -266,7 +274,6 @@ class EventsApp:
 
         t = time.monotonic()
         quarantined = received - len(valid_rows)
-        late = sum(1 for i in new_rows if late_flags[i])
         dup_offsets: dict[str, list[int]] = {}
         for p, o in dups:
             dup_offsets.setdefault(str(p), []).append(o)
@@ -564,6 +571,18 @@ def read_kafka_ranges(spark: SparkSession, settings: Settings, ledger_rows: Sequ
             .option("endingOffsets", json.dumps({TOPIC: {p: v + 1 for p, v in hi.items()}}))
             .option("failOnDataLoss", "true")
             .load())
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_micros(value: datetime) -> int:
+    delta = value.astimezone(UTC) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _txn_version(settings: Settings, table: str, app_id: str) -> int:
