@@ -59,12 +59,18 @@ def table_uri(settings: Settings, name: str) -> str:
 class DriverTable:
     """One Delta table written from the driver: open once, then read, check and commit cheaply."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
+    def __init__(self, settings: Settings | None, name: str, uri: str | None = None) -> None:
+        """Table ``name`` of the lake (``settings``), or at ``uri`` on the local filesystem (tests)."""
         from deltalake import DeltaTable
 
         self.name = name
-        self.uri = table_uri(settings, name)
-        self._options = storage_options(settings)
+        if settings is not None:
+            self.uri = table_uri(settings, name)
+            self._options = storage_options(settings)
+        elif uri is not None:
+            self.uri, self._options = uri, {}
+        else:
+            raise ValueError(f"{name}: give the lake's settings or a table uri")
         try:
             self.table: DeltaTable = DeltaTable(self.uri, storage_options=self._options)
         except Exception as exc:  # delta-rs raises TableNotFoundError, OSError, ... by backend

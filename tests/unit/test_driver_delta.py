@@ -1,0 +1,68 @@
+"""Driver-side Delta commits (delta-rs): exactly once per batch id, refusal of tables it must not write."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from spark_jobs.driver_delta import DriverDeltaError, DriverTable, check_writable, storage_options, table_uri
+from spark_jobs.settings import load_settings
+
+SCHEMA = pa.schema([pa.field("window_start", pa.timestamp("us", tz="UTC"), nullable=False),
+                    pa.field("orders", pa.int64())])
+
+
+def _table(tmp_path: Path) -> DriverTable:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.Table.from_pylist([], schema=SCHEMA), mode="error")
+    return DriverTable(None, "hot.t", uri=uri)
+
+
+def test_write_once_skips_a_batch_already_committed(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    row = {"window_start": datetime(2026, 11, 22, 12, tzinfo=UTC), "orders": 3}
+    assert table.committed_version("q1") is None
+    assert table.write_once([row], "q1", 7, "append") is True
+    assert table.write_once([row], "q1", 7, "append") is False  # the replay of batch 7
+    assert table.write_once([row], "q1", 6, "append") is False  # older than what is committed
+    assert table.write_once([{**row, "orders": 4}], "q1", 8, "overwrite") is True
+    assert table.committed_version("q1") == 8
+    assert table.write_once([row], "q2", 1, "append") is True  # another query has its own transaction
+    rows = DeltaTable(table.uri).to_pyarrow_table().to_pylist()
+    assert sorted(r["orders"] for r in rows) == [3, 4]
+
+
+def test_rows_are_cast_to_the_table_schema_and_a_bad_row_is_refused(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError)):
+        table.write_once([{"window_start": datetime(2026, 11, 22, tzinfo=UTC), "orders": "many"}], "q", 1, "append")
+    assert table.committed_version("q") is None  # nothing half-written
+
+
+def test_tables_with_features_the_driver_writer_does_not_promise_are_refused() -> None:
+    check_writable("hot.x", SimpleNamespace(min_reader_version=1, min_writer_version=2,
+                                            writer_features=None, reader_features=None))
+    with pytest.raises(DriverDeltaError, match="deletionVectors"):
+        check_writable("hot.x", SimpleNamespace(min_reader_version=3, min_writer_version=7,
+                                                writer_features=["deletionVectors"],
+                                                reader_features=["deletionVectors"]))
+
+
+def test_missing_table_names_the_table_and_who_creates_it(tmp_path: Path) -> None:
+    with pytest.raises(DriverDeltaError, match=r"(?s)hot.nope.*ensure_tables"):
+        DriverTable(None, "hot.nope", uri=str(tmp_path / "nope"))
+
+
+def test_uri_and_options_point_at_the_lake_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKE_S3_ACCESS_KEY", "lake-test-key")
+    monkeypatch.setenv("LAKE_S3_SECRET_KEY", "lake-test-secret")
+    settings = load_settings()
+    assert table_uri(settings, "hot.funnel_15m") == f"s3://{settings.s3_bucket}/warehouse/hot/funnel_15m"
+    opts = storage_options(settings)
+    assert opts["AWS_ACCESS_KEY_ID"] == "lake-test-key" and opts["AWS_ENDPOINT_URL"] == settings.s3_endpoint
+    assert opts["AWS_ALLOW_HTTP"] == str(settings.s3_endpoint.startswith("http://")).lower()
