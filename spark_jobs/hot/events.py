@@ -166,7 +166,7 @@ class HotWindows:
             window = dict(row)
             if self.view.user_set:
                 window["user_ids"] = set(window.get("user_ids") or ())
-            self.windows[_micros(window["window_start"])] = window
+            self.windows[epoch_micros(window["window_start"])] = window
 
     def add(self, events: Iterable[tuple[str, int | None, datetime, Decimal | None, bool]], batch_id: int,
             now: datetime) -> int:
@@ -177,7 +177,7 @@ class HotWindows:
         table = pa.table({
             "event_type": pa.array([r[0] for r in rows], pa.string()),
             "user_id": pa.array([r[1] for r in rows], pa.int64()),
-            "event_us": pa.array([_micros(r[2]) for r in rows], pa.int64()),
+            "event_us": pa.array([epoch_micros(r[2]) for r in rows], pa.int64()),
             "revenue": pa.array([r[3] for r in rows], pa.decimal128(18, 2)),
             "late": pa.array([r[4] for r in rows], pa.bool_()),
         })
@@ -241,7 +241,7 @@ class HotWindows:
         return out
 
     def _empty(self, start: int) -> dict[str, Any]:
-        begin = _EPOCH + timedelta(microseconds=start)
+        begin = from_epoch_micros(start)
         window: dict[str, Any] = {"window_start": begin, "window_end": begin + timedelta(minutes=self.view.minutes)}
         for name, sql_type in self.view.metrics:
             window[name] = Decimal("0.00") if sql_type.startswith("DECIMAL") else 0
@@ -254,12 +254,17 @@ class HotWindows:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _micros(value: datetime) -> int:
+def epoch_micros(value: datetime) -> int:
     """Epoch microseconds of an instant (naive datetimes are UTC, as Arrow hands them over)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    """The UTC instant ``micros`` microseconds after the epoch."""
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def closed_windows(frame: DataFrame, watermark_column: Column) -> DataFrame:

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.driver_delta import DriverTable
-from spark_jobs.hot.events import HOT_VIEWS, HotWindows, hot_schema
+from spark_jobs.hot.events import HOT_VIEWS, HotWindows, epoch_micros, from_epoch_micros, hot_schema
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
@@ -267,11 +267,11 @@ class EventsApp:
         new_rows = [valid_rows[j] for j in firsts]
         new = keys.take(pa.array(new_rows, pa.int64()))
         micros = pc.cast(new.column("_event_time"), pa.int64()).to_numpy(zero_copy_only=False)
-        wm_us = None if watermark_before is None else _epoch_micros(watermark_before)
+        wm_us = None if watermark_before is None else epoch_micros(watermark_before)
         late_mask = (micros < wm_us) if wm_us is not None else np.zeros(len(micros), dtype=bool)
         late = int(late_mask.sum())
         if late < len(micros):
-            candidate = _from_micros(int(micros[~late_mask].max())) - self.delay
+            candidate = from_epoch_micros(int(micros[~late_mask].max())) - self.delay
             self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
         steps["dedup"] = time.monotonic() - t
 
@@ -580,18 +580,6 @@ def read_kafka_ranges(spark: SparkSession, settings: Settings, ledger_rows: Sequ
             .option("endingOffsets", json.dumps({TOPIC: {p: v + 1 for p, v in hi.items()}}))
             .option("failOnDataLoss", "true")
             .load())
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _epoch_micros(value: datetime) -> int:
-    delta = value.astimezone(UTC) - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _from_micros(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _txn_version(settings: Settings, table: str, app_id: str) -> int:
