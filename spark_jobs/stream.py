@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,26 +56,37 @@ def run(settings: Settings) -> int:
     for query in queries:
         print(f"lake stream: query {query.name} ({query.id}) running", flush=True)
 
+    stop_requested = threading.Event()
+
     def stop(signum: int, _frame: Any) -> None:
+        # Only a flag: the main thread is inside a py4j call (awaitAnyTermination), and calling
+        # into the JVM from the handler re-enters it ("reentrant call" errors). The loop below
+        # sees the flag within 5 s and stops the queries.
         print(f"lake stream: signal {signum}, stopping after the current batches", flush=True)
-        for query in queries:
-            query.stop()
+        stop_requested.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    spark.streams.awaitAnyTermination()
+    # The events query archives in a thread of its own: a failure there ends the app too (checked
+    # every few seconds, so an idle query with nothing left to call it does not hide the failure).
+    while not spark.streams.awaitAnyTermination(5):
+        if stop_requested.is_set() or any(app.archive_error is not None for app in events.APPS):
+            break
     failed = [q for q in queries if q.exception() is not None]
     for query in queries:
         if query.isActive:
             query.stop()
+    archive_failed = [app for app in events.APPS if app.archive_error is not None]
     for app in events.APPS:
-        # The events query archives in a thread: land what is queued (a kill skips this; the next
-        # start re-reads those batches from Kafka instead).
-        if not app.drain(timeout=120):
+        # Land what is queued (a kill skips this; the next start re-reads those batches from Kafka instead).
+        if app.archive_error is None and not app.drain(timeout=120):
             print("lake stream: lake_events: archive queue not drained; the next start lands it", flush=True)
     for query in failed:
         print(f"lake stream: query {query.name} failed: {query.exception()}", file=sys.stderr, flush=True)
-    return 1 if failed else 0
+    for app in archive_failed:
+        print(f"lake stream: lake_events archive failed: {app.archive_error!r}; the next start lands the "
+              "batches it did not from Kafka", file=sys.stderr, flush=True)
+    return 1 if failed or archive_failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

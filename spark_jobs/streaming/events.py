@@ -188,7 +188,7 @@ class EventsApp:
         self._queued_rows = 0
         self._max_queued_rows = 2 * settings.events_max_offsets_per_trigger
         self._cond = threading.Condition()
-        self._archive_error: BaseException | None = None
+        self.archive_error: BaseException | None = None
         self._archiver: threading.Thread | None = None
         self._stopping = False
         self._last_vacuum = time.monotonic()
@@ -350,7 +350,7 @@ class EventsApp:
                     "seconds": seconds}], app_id, group[-1].batch_id, "append")
                 self._record_archived(group, seconds)
             except BaseException as exc:  # noqa: BLE001  (surfaced by the next process() call: the query fails)
-                self._archive_error = exc
+                self.archive_error = exc
                 print(f"lake stream: {QUERY}: archive of batches {group[0].batch_id}-{group[-1].batch_id} "
                       f"failed: {exc}", file=sys.stderr, flush=True)
                 with self._cond:
@@ -366,10 +366,10 @@ class EventsApp:
                 self._cond.notify_all()
 
     def _raise_archive_error(self) -> None:
-        if self._archive_error is not None:
+        if self.archive_error is not None:
             raise RuntimeError(f"{QUERY}: the archive thread failed (bronze/silver/quarantine append); the "
                                "batches it did not land are re-read from Kafka at the next start") \
-                from self._archive_error
+                from self.archive_error
 
     def drain(self, timeout: float) -> bool:
         """Let the archive thread land what is queued (a clean stop); False if it did not within ``timeout``."""
@@ -377,7 +377,7 @@ class EventsApp:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-            while self._jobs and self._archive_error is None and time.monotonic() < deadline:
+            while self._jobs and self.archive_error is None and time.monotonic() < deadline:
                 self._cond.wait(1.0)
             return not self._jobs
 

@@ -1,0 +1,110 @@
+"""The events query's archive queue (own code, Spark stubbed): back-pressure, grouping, failure surfacing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import pytest
+
+from spark_jobs.streaming import events as ev
+
+
+class _Frame:
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        self.unpersisted = False
+
+    def unionByName(self, other: _Frame) -> _Frame:
+        return self
+
+    def unpersist(self) -> None:
+        self.unpersisted = True
+
+
+class _Table:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def write_once(self, rows: list[dict[str, Any]], app_id: str, batch_id: int, mode: str) -> bool:
+        self.rows.extend(rows)
+        return True
+
+
+class _Spark:
+    class sparkContext:
+        @staticmethod
+        def setLocalProperty(key: str, value: str) -> None:
+            pass
+
+
+def _app(max_rows: int) -> ev.EventsApp:
+    app = ev.EventsApp.__new__(ev.EventsApp)
+    app.spark = _Spark()  # type: ignore[assignment]
+    app._jobs = deque()
+    app._queued_rows = 0
+    app._max_queued_rows = max_rows
+    app._cond = threading.Condition()
+    app.archive_error = None
+    app._archiver = None
+    app._stopping = False
+    app.driver_tables = {ev.ARCHIVE_LOG: _Table()}  # type: ignore[dict-item]
+    app._record_archived = lambda group, seconds: None  # type: ignore[method-assign]
+    return app
+
+
+def _job(batch_id: int, rows: int) -> ev.ArchiveJob:
+    return ev.ArchiveJob(batch_id, _Frame(batch_id), [], rows, 0, {"0": [batch_id, batch_id]})  # type: ignore[arg-type]
+
+
+def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_queue_is_full(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    calls: list[dict[str, set[int]]] = []
+
+    def slow_archive(frame: Any, dups: Any, app_id: str, batches: dict[str, set[int]]) -> None:
+        calls.append(batches)
+        gate.wait(10)
+
+    monkeypatch.setattr(ev, "archive", slow_archive)
+    app = _app(max_rows=100)
+    jobs = [_job(i, 40) for i in range(4)]
+    app._enqueue(jobs[0], "q")  # taken by the archive at once, which then blocks on the gate
+    time.sleep(0.2)
+    app._enqueue(jobs[1], "q")  # 80 rows queued
+    blocked = threading.Thread(target=app._enqueue, args=(jobs[2], "q"))  # 120 > 100: must wait
+    blocked.start()
+    time.sleep(0.3)
+    assert blocked.is_alive() and len(app._jobs) == 2
+    gate.set()
+    blocked.join(5)
+    assert not blocked.is_alive()
+    assert app.drain(timeout=10)
+    later = [c[ev.BRONZE] for c in calls[1:]]
+    assert calls[0][ev.BRONZE] == {0}  # alone: nothing else was waiting when it started
+    # batches 1 and 2 waited together; each lands exactly once (together, or 2 after 1 if it came late)
+    assert later in ([{1, 2}], [{1}, {2}])
+    assert all(c[ev.SILVER] == c[ev.BRONZE] and c[ev.QUARANTINE] == set() for c in calls)
+    assert all(j.checked.unpersisted for j in jobs[:3])
+    logged = app.driver_tables[ev.ARCHIVE_LOG].rows  # type: ignore[attr-defined]
+    assert sum(r["records"] for r in logged) == 120 and logged[-1]["last_batch"] == 2
+
+
+def test_an_archive_failure_is_raised_to_the_hot_path_and_frees_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(frame: Any, dups: Any, app_id: str, batches: dict[str, set[int]]) -> None:
+        raise OSError("s3a://lake/warehouse/silver/events: connection refused")
+
+    monkeypatch.setattr(ev, "archive", broken)
+    app = _app(max_rows=100)
+    job = _job(5, 10)
+    app._enqueue(job, "q")
+    deadline = time.monotonic() + 5
+    while app.archive_error is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert isinstance(app.archive_error, OSError)
+    assert job.checked.unpersisted
+    with pytest.raises(RuntimeError, match="re-read from Kafka at the next start") as info:
+        app._raise_archive_error()
+    assert "connection refused" in str(info.value.__cause__)
