@@ -381,16 +381,15 @@ class EventsApp:
                 self._cond.wait(1.0)
             return not self._jobs
 
-    def _recover(self, app_id: str, ledger_rows: list[Any]) -> None:
+    def _recover(self, app_id: str, ledger_rows: list[Any], versions: dict[str, int]) -> None:
         """Land the ledger's batches that bronze/silver/quarantine miss (the driver died before the archive).
 
         Each table gets exactly the batches after its own Delta transaction
-        version, recomputed from Kafka with the ledger's ingest time, watermark
+        version (``versions``), recomputed from Kafka with the ledger's ingest time, watermark
         and duplicates, so the rows are those the lost archive would have written.
         """
         from pyspark.sql import functions as F
 
-        versions = {name: _txn_version(self.settings, name, app_id) for name in (BRONZE, SILVER, QUARANTINE)}
         wanted = {
             BRONZE: {int(r.batch_id) for r in ledger_rows if int(r.batch_id) > versions[BRONZE]},
             SILVER: {int(r.batch_id) for r in ledger_rows if int(r.batch_id) > versions[SILVER]},
@@ -430,9 +429,13 @@ class EventsApp:
         """After a (re)start: land what the last run left, then the watermark, dedup index and hot windows."""
         from pyspark.sql import functions as F
 
-        floor = min(_txn_version(self.settings, name, app_id) for name in (BRONZE, SILVER))
-        ledger_rows = self.spark.table(LEDGER).where(F.col("batch_id") > floor).orderBy("batch_id").collect()
-        self._recover(app_id, ledger_rows)
+        versions = {name: _txn_version(self.settings, name, app_id) for name in (BRONZE, SILVER, QUARANTINE)}
+        # Quarantine's version lags legitimately (batches without rejects skip it), so its candidates are
+        # only batches that had rejects; bronze and silver need every batch after their version.
+        pending = ((F.col("batch_id") > min(versions[BRONZE], versions[SILVER]))
+                   | ((F.col("batch_id") > versions[QUARANTINE]) & (F.col("quarantined") > 0)))
+        ledger_rows = self.spark.table(LEDGER).where(pending).orderBy("batch_id").collect()
+        self._recover(app_id, ledger_rows, versions)
         last = (self.spark.table(LEDGER).orderBy(F.col("batch_id").desc()).limit(1).collect())
         if last:
             row = last[0]
