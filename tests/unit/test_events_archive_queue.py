@@ -7,21 +7,10 @@ import time
 from collections import deque
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from spark_jobs.streaming import events as ev
-
-
-class _Frame:
-    def __init__(self, batch_id: int) -> None:
-        self.batch_id = batch_id
-        self.unpersisted = False
-
-    def unionByName(self, other: _Frame) -> _Frame:
-        return self
-
-    def unpersist(self) -> None:
-        self.unpersisted = True
 
 
 class _Table:
@@ -56,7 +45,9 @@ def _app(max_rows: int) -> ev.EventsApp:
 
 
 def _job(batch_id: int, rows: int) -> ev.ArchiveJob:
-    return ev.ArchiveJob(batch_id, _Frame(batch_id), [], rows, 0, {"0": [batch_id, batch_id]})  # type: ignore[arg-type]
+    tables = {name: pa.table({"batch": [batch_id] * (rows if name != ev.QUARANTINE else 0)})
+              for name in (ev.BRONZE, ev.SILVER, ev.QUARANTINE)}
+    return ev.ArchiveJob(batch_id, tables, rows, 0, {"0": [batch_id, batch_id]})
 
 
 def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_queue_is_full(
@@ -64,11 +55,11 @@ def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_q
     gate = threading.Event()
     calls: list[dict[str, set[int]]] = []
 
-    def slow_archive(frame: Any, dups: Any, app_id: str, batches: dict[str, set[int]]) -> None:
-        calls.append(batches)
+    def slow_archive(tables: Any, rows: dict[str, dict[int, pa.Table]], app_id: str) -> None:
+        calls.append({name: {b for b, t in batches.items() if t.num_rows} for name, batches in rows.items()})
         gate.wait(10)
 
-    monkeypatch.setattr(ev, "archive", slow_archive)
+    monkeypatch.setattr(ev, "write_archive", slow_archive)
     app = _app(max_rows=100)
     jobs = [_job(i, 40) for i in range(4)]
     app._enqueue(jobs[0], "q")  # taken by the archive at once, which then blocks on the gate
@@ -87,16 +78,16 @@ def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_q
     # batches 1 and 2 waited together; each lands exactly once (together, or 2 after 1 if it came late)
     assert later in ([{1, 2}], [{1}, {2}])
     assert all(c[ev.SILVER] == c[ev.BRONZE] and c[ev.QUARANTINE] == set() for c in calls)
-    assert all(j.checked.unpersisted for j in jobs[:3])
     logged = app.driver_tables[ev.ARCHIVE_LOG].rows  # type: ignore[attr-defined]
     assert sum(r["records"] for r in logged) == 120 and logged[-1]["last_batch"] == 2
 
 
-def test_an_archive_failure_is_raised_to_the_hot_path_and_frees_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(frame: Any, dups: Any, app_id: str, batches: dict[str, set[int]]) -> None:
+def test_an_archive_failure_is_raised_to_the_hot_path_and_keeps_the_batch_queued(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(tables: Any, rows: Any, app_id: str) -> None:
         raise OSError("s3a://lake/warehouse/silver/events: connection refused")
 
-    monkeypatch.setattr(ev, "archive", broken)
+    monkeypatch.setattr(ev, "write_archive", broken)
     app = _app(max_rows=100)
     job = _job(5, 10)
     app._enqueue(job, "q")
@@ -104,7 +95,7 @@ def test_an_archive_failure_is_raised_to_the_hot_path_and_frees_the_cache(monkey
     while app.archive_error is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert isinstance(app.archive_error, OSError)
-    assert job.checked.unpersisted
+    assert list(app._jobs) == [job]  # not dropped: the restart lands it from Kafka
     with pytest.raises(RuntimeError, match="re-read from Kafka at the next start") as info:
         app._raise_archive_error()
     assert "connection refused" in str(info.value.__cause__)
