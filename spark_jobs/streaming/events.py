@@ -4,9 +4,11 @@ Two paths, one query, one driver:
 
 **Hot path** (``foreachBatch``, bounded by ``LAKE_EVENTS_MAX_OFFSETS_PER_TRIGGER``):
 
-1. read the batch from Kafka, parse and validate it against the contract
-   (``spark_jobs.contracts.events``, ``spark_jobs.silver.events``) once, into
-   the cache, and collect the narrow columns the next steps need (one Spark job);
+1. collect the batch's raw records from Kafka to the driver as Arrow (one
+   Spark job, no parse) and parse and validate them there against the contract
+   (``spark_jobs.silver.events_arrow``: the compiled checks, ~20 us an event,
+   and ``spark_jobs.contracts.events.check_record`` for whatever they do not
+   accept); the hot tables and silver both come from this one decision;
 2. de-duplicate by ``event_id`` in the driver: within the batch (first Kafka
    offset wins) and against every event that arrived within the last
    ``LAKE_EVENTS_WATERMARK_MINUTES`` (``DedupIndex``, rebuilt from
@@ -23,20 +25,24 @@ Two paths, one query, one driver:
    and the moment the hot tables committed. It is the batch's decision log.
 
 **Archive** (a thread of the same driver, behind the hot path): every batch
-queued since its last run, in one append per table, to
+queued since its last run, in one delta-rs append per table, to
 ``bronze.events__clickstream`` (raw, partitioned by ingest date),
 ``silver.events`` (the new unique events, partitioned by event date) and
 ``quarantine.events`` (rejects with raw bytes, reason, detail, Kafka
-coordinates), from the cached parse; then a row in ``ops.stream_events_archive``.
+coordinates), from the rows the hot path built (``archive_tables``); then a
+row in ``ops.stream_events_archive``.
 The queue is bounded by rows (2 x ``maxOffsetsPerTrigger``): when the archive
 falls behind, the hot path waits, so a backlog never fills the driver's memory.
 ``lake stream wait`` and the status file's ``offsets`` count a batch as done
 only once the archive has landed it.
 
-Why two paths: a Delta commit from Spark costs seconds on two cores (a state
-reconstruction job per new table version, see ``session.py``), and the hot
-tables waited behind six of them per batch (freshness p95 77 s at 5,000
-events/s before this split).
+Why in the driver: a Delta commit from Spark costs seconds on two cores (a
+state reconstruction job per new table version, see ``session.py``), and the
+Spark parse (variant checks) ~110 us of CPU per event; the hot tables waited
+behind both (freshness p95 77 s at 5,000 events/s with everything in Spark,
+22 s with the commits moved to the driver and the parse still in Spark).
+Spark still owns the Kafka offsets (the query's checkpoint) and the reads; all
+tables stay plain Delta tables that Spark reads and maintains.
 
 Exactly-once: every commit carries a Delta transaction (query id + table,
 batch id; see ``streaming.common.once_writer``), so nothing is written twice.
@@ -306,11 +312,11 @@ class EventsApp:
         self.driver_tables[LEDGER].write_once([ledger], app_id, batch_id, "append")
         self.index.add_batch(batch_id, ingest_time, (ids[i] for i in new_rows))
         steps["ledger"] = time.monotonic() - t
-        self._record_progress(batch_id, ledger, steps, started)
-        self._maybe_vacuum_hot()
         t = time.monotonic()
         tables = archive_tables(keys, batch_id, ingest_time, watermark_before, set(dups))
         steps["archive_rows"] = time.monotonic() - t
+        self._record_progress(batch_id, ledger, steps, started)
+        self._maybe_vacuum_hot()
         self._enqueue(ArchiveJob(batch_id, tables, received, quarantined, offsets), app_id)
 
     # -- the archive (bronze, silver, quarantine) ----------------------------------

@@ -60,7 +60,7 @@ def test_verdicts_and_details_equal_the_contract_validator() -> None:
 
 def test_typed_rows_equal_spark_parse_events(spark: Any) -> None:
     """Every valid record: the driver's columns equal Spark's, value for value (properties as JSON)."""
-    kinds, values = corpus()
+    _kinds, values = corpus()
     checked = check_records(raw_table(values)).to_pylist()
     valid, _ = parse_events(bronze(spark, values))
     spark_rows = {r["_offset"]: r.asDict() for r in valid.collect()}
