@@ -82,7 +82,7 @@ def test_typed_rows_equal_spark_parse_events(spark: Any) -> None:
 
 
 def test_generated_properties_text_is_byte_equal_to_spark(spark: Any) -> None:
-    values = [v for kind, v in generated_corpus(300) if kind in ("valid", "late")]
+    values: list[bytes | None] = [v for kind, v in generated_corpus(300) if kind in ("valid", "late")]
     values.append(enc(event(properties={"page": "/köln/東京", "z": [1, {"b": None, "a": "x"}], "a": 7})))
     spark_text = {r["_offset"]: r["properties"] for r in parse_events(bronze(spark, values))[0].collect()}
     driver = check_records(raw_table(values)).to_pylist()
