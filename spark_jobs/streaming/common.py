@@ -144,6 +144,10 @@ def query_id(spark: SparkSession, name: str) -> str:
     raise RuntimeError(f"streaming query {name} is not active")
 
 
+#: Kafka consumer ``fetch.max.wait.ms`` of the streaming queries (see ``start_kafka_query``).
+KAFKA_FETCH_MAX_WAIT_MS = 20
+
+
 def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscription: tuple[str, str],
                       max_offsets: int, trigger_seconds: int, process: Any) -> StreamingQuery:
     """Start query ``name``: Kafka (``subscription`` = ("subscribe" | "subscribePattern", value)) -> foreachBatch.
@@ -159,6 +163,10 @@ def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscr
               .option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", max_offsets)
               .option("failOnDataLoss", "true")
+              # A micro-batch reads its offset range to the end of each partition; there the broker holds the
+              # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data. Measured here (a Spark
+              # batch read of 5,000 events + toArrow): 1.3 s with the default, 0.42 s with 20 ms.
+              .option("kafka.fetch.max.wait.ms", str(KAFKA_FETCH_MAX_WAIT_MS))
               .load())
     return (source.writeStream.queryName(name)
             .foreachBatch(process)
