@@ -111,6 +111,8 @@ ARCHIVE_LOG = "ops.stream_events_archive"
 HOT_TABLE_PROPERTIES = {"delta.deletedFileRetentionDuration": "interval 1 hours",
                         "delta.logRetentionDuration": "interval 1 days"}
 HOT_VACUUM_SECONDS = 600
+#: File name under ``<run dir>/failpoints/`` that holds the archive thread (tests only, see ``_hold_if_asked``).
+ARCHIVE_HOLD_FAILPOINT = "events-archive-hold"
 
 
 def events_status_path(settings: Settings) -> Path:
@@ -344,6 +346,7 @@ class EventsApp:
                 if not self._jobs:
                     return
                 group = list(self._jobs)  # every batch waiting: one append per table for all of them
+            self._hold_if_asked()
             started = time.monotonic()
             ids = {job.batch_id for job in group}
             try:
@@ -367,6 +370,14 @@ class EventsApp:
                     done = self._jobs.popleft()
                     self._queued_rows -= done.received
                 self._cond.notify_all()
+
+    def _hold_if_asked(self) -> None:
+        """Fault injection for tests: while ``<run dir>/failpoints/events-archive-hold`` exists, the archive
+        waits (the hot path goes on until the queue is full). It opens the gap between a batch's ledger row
+        and its archive for as long as a test needs to SIGKILL the driver inside it."""
+        hold = self.settings.run_dir / "failpoints" / ARCHIVE_HOLD_FAILPOINT
+        while hold.exists() and not self._stopping:
+            time.sleep(0.05)
 
     def _raise_archive_error(self) -> None:
         if self.archive_error is not None:

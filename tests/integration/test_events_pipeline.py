@@ -107,21 +107,30 @@ def test_driver_killed_after_the_hot_commit_before_the_archive_lands_those_batch
     """The gap the two paths open: a batch is in the hot tables and the ledger (Spark has its offsets) but not in
     bronze/silver. SIGKILL exactly then; the next start must land it from Kafka, once."""
     from spark_jobs.streaming.common import read_json
-    from spark_jobs.streaming.events import events_status_path
+    from spark_jobs.streaming.events import ARCHIVE_HOLD_FAILPOINT, events_status_path
 
     log = events.log_dir / "stream.log"
     log_start = log.stat().st_size if log.exists() else 0
     before = (read_json(events_status_path(events)) or {}).get("batch_id") or -1
-    load = _loadgen(events, "archive-gap", rate=1500, duration=20, seed=404)
-    deadline = time.monotonic() + 180
-    while True:
-        doc = read_json(events_status_path(events)) or {}
-        batch = doc.get("batch_id")
-        if batch is not None and batch > before and int(doc.get("archived_batch_id", -1)) < batch:
-            break  # batch is in the ledger, its archive is not landed yet
-        assert time.monotonic() < deadline, f"never saw a batch waiting for its archive: {doc}"
-        time.sleep(0.02)
-    pid = kill_program(events, "stream")
+    # The archive lands a batch ~0.1-0.2 s after its ledger row: too short to hit by polling. The failpoint
+    # holds the archive thread, so the gap stays open until the kill.
+    hold = events.run_dir / "failpoints" / ARCHIVE_HOLD_FAILPOINT
+    hold.parent.mkdir(parents=True, exist_ok=True)
+    hold.touch()
+    try:
+        load = _loadgen(events, "archive-gap", rate=1500, duration=20, seed=404)
+        deadline = time.monotonic() + 180
+        while True:
+            doc = read_json(events_status_path(events)) or {}
+            batch = doc.get("batch_id")
+            if batch is not None and batch > before and int(doc.get("archived_batch_id", -1)) < batch:
+                break  # batch is in the ledger, its archive is not landed yet
+            assert time.monotonic() < deadline, f"never saw a batch waiting for its archive: {doc}"
+            time.sleep(0.02)
+        time.sleep(1.0)  # a batch or two more behind the held archive
+        pid = kill_program(events, "stream")
+    finally:
+        hold.unlink(missing_ok=True)
     wait_running(events, "stream", pid)
     _finish(load)
     _reconcile(events, "archive-gap")
