@@ -234,12 +234,16 @@ _parse_int = _number(int)
 _parse_float = _number(float)
 
 
+#: One decoder for every record (``json.loads`` with hooks builds a new one per call).
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant,
+                                   parse_int=_parse_int, parse_float=_parse_float)
+
+
 def parse_record(value: bytes) -> Any:
     """Strict JSON parse of a record value (UTF-8, one value, no duplicate keys, no NaN); raises ValueError."""
     text = value.decode("utf-8")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant,
-                          parse_int=_parse_int, parse_float=_parse_float)
+        return _STRICT_DECODER.decode(text)
     except RecursionError:
         raise _NotJson("nested too deeply") from None
 
