@@ -8,7 +8,8 @@ Two paths, one query, one driver:
    Spark job, no parse) and parse and validate them there against the contract
    (``spark_jobs.silver.events_arrow``: the compiled checks, ~20 us an event,
    and ``spark_jobs.contracts.events.check_record`` for whatever they do not
-   accept); the hot tables and silver both come from this one decision;
+   accept; a large batch is split over ``LAKE_EVENTS_PARSE_PROCESSES`` worker
+   processes); the hot tables and silver both come from this one decision;
 2. de-duplicate by ``event_id`` in the driver: within the batch (first Kafka
    offset wins) and against every event that arrived within the last
    ``LAKE_EVENTS_WATERMARK_MINUTES`` (``DedupIndex``, rebuilt from
@@ -84,7 +85,7 @@ from spark_jobs.hot.events import HOT_VIEWS, HotWindows, epoch_micros, from_epoc
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
 from spark_jobs.silver.events import PROPERTY_COLUMNS
-from spark_jobs.silver.events_arrow import FastCheck, check_records
+from spark_jobs.silver.events_arrow import ParallelCheck
 from spark_jobs.streaming.common import (
     bronze_schema,
     create_table,
@@ -201,7 +202,7 @@ class EventsApp:
         self._archiver: threading.Thread | None = None
         self._stopping = False
         self._last_vacuum = time.monotonic()
-        self.fast = FastCheck()
+        self.checker = ParallelCheck(settings.events_parse_process_count)
 
     # -- tables ---------------------------------------------------------------
 
@@ -256,7 +257,7 @@ class EventsApp:
         t = time.monotonic()
         # Parse and validate in the driver (~20 us an event, vs ~110 us for the Spark variant checks):
         # spark_jobs.silver.events_arrow. The hot tables and silver both come from this one decision.
-        keys = check_records(raw, fast=self.fast)
+        keys = self.checker.check(raw)
         steps["parse"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -421,7 +422,7 @@ class EventsApp:
         raw = (read_kafka_ranges(self.spark, self.settings, rows)
                .select("key", "value", "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"))
                .toArrow())
-        checked = check_records(raw, fast=self.fast)
+        checked = self.checker.check(raw)
         parts = checked.column("partition").to_numpy()
         offs = checked.column("offset").to_numpy()
         per_batch: dict[int, dict[str, pa.Table]] = {}
@@ -675,6 +676,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     ensure_topic(settings.kafka_bootstrap, TOPIC)
     app = EventsApp(spark, settings)
     app.ensure_tables()
+    app.checker.warm()
     APPS.append(app)
     return start_kafka_query(spark, settings, QUERY, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger,
                              settings.events_trigger_seconds, app.process)

@@ -12,7 +12,7 @@ import pytest
 
 from spark_jobs.contracts.events import TOPIC, check_record, parse_record
 from spark_jobs.silver.events import parse_events
-from spark_jobs.silver.events_arrow import FastCheck, check_records, properties_text
+from spark_jobs.silver.events_arrow import FastCheck, ParallelCheck, check_records, properties_text
 from spark_jobs.streaming import events as ev
 from tests.unit.test_events_parse import (
     EDGE_CASES,
@@ -202,3 +202,17 @@ def test_future_limit_is_relative_to_the_kafka_timestamp(late_s: int) -> None:
     doc = event(event_time="2026-11-22T05:04:59.250Z")  # 299 s after KAFKA_TS
     row = check_records(raw_table([enc(doc)], KAFKA_TS - timedelta(seconds=late_s))).to_pylist()[0]
     assert row["_reason"] == (None if late_s == 0 else "invalid_value")
+
+
+def test_parallel_check_equals_the_single_process_parse_in_order() -> None:
+    _kinds, values = corpus()
+    raw = raw_table(values)
+    checker = ParallelCheck(3, min_rows=10)  # the driver's slice + two worker processes (spawned)
+    try:
+        checker.warm()
+        got = checker.check(raw)
+        small = checker.check(raw.slice(0, 5))  # below min_rows: in the driver process only
+    finally:
+        checker.close()
+    assert got.equals(check_records(raw))
+    assert small.equals(check_records(raw.slice(0, 5)))
