@@ -37,6 +37,9 @@ class Program:
     user: str | None = None
     stop_signal: str = "TERM"
     stop_wait: int = 30
+    #: Send the stop signal to the whole process group (True) or to the program's own process only (False).
+    #: Either way, whatever is left after ``stop_wait`` seconds is killed as a group.
+    stop_as_group: bool = True
 
 
 @dataclass(frozen=True)
@@ -337,8 +340,11 @@ def services(settings: Settings) -> list[Service]:
 
 def stream_program(settings: Settings) -> Program:
     """The streaming app, supervised with the stack but started by ``lake stream start``."""
+    # SIGTERM to the Python driver only: it stops the queries after their current batch, drains the events
+    # archive and exits; its Spark JVM exits with it (the gateway ends when the driver's stdin closes).
+    # Signalling the group killed the JVM under the driver, which then failed mid-batch (exit 1).
     return Program(name="stream", command=[sys.executable, "-m", "spark_jobs.stream"],
-                   env=base_env(settings), stop_wait=60)
+                   env=base_env(settings), stop_wait=120, stop_as_group=False)
 
 
 def spark_defaults_text(settings: Settings) -> str:

@@ -103,7 +103,7 @@ def _program_section(settings: Settings, prog: Program) -> list[str]:
         "startretries=2",
         f"stopsignal={prog.stop_signal}",
         f"stopwaitsecs={prog.stop_wait}",
-        "stopasgroup=true",
+        f"stopasgroup={str(prog.stop_as_group).lower()}",
         "killasgroup=true",
         "redirect_stderr=true",
         f"stdout_logfile={log_path(settings, prog.name)}",

@@ -164,5 +164,25 @@ def test_stream_status_shows_the_events_query(events: Settings) -> None:
     assert t["totals"]["received"] >= t["totals"]["appended"] > 0
 
 
+def test_a_planned_stop_during_load_drains_and_exits_cleanly(events: Settings) -> None:
+    """`lake stream stop` signals the driver alone: it stops its queries after their batch, lands the queued
+    archive and exits 0 (it used to exit 1 with py4j errors: the group signal killed its JVM under it)."""
+    log = events.log_dir / "stream.log"
+    log_start = log.stat().st_size
+    load = _loadgen(events, "planned-stop", rate=1500, duration=15, seed=505)
+    time.sleep(8)
+    run_lake("stream", "stop")
+    info = supervisor.program_info(events, "stream") or {}
+    with log.open("rb") as f:
+        f.seek(log_start)
+        tail = f.read().decode("utf-8", "replace")
+    assert info.get("statename") == "STOPPED" and info.get("exitstatus") == 0, (info, tail[-3000:])
+    assert "stopping after the current batches" in tail, tail[-3000:]
+    assert "Py4JNetworkError" not in tail and "Connection refused" not in tail, tail[-3000:]
+    run_lake("stream", "start")
+    _finish(load)
+    _reconcile(events, "planned-stop")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-v"]))

@@ -7,7 +7,7 @@ import pytest
 
 from spark_jobs.jars import artifact_name, select_extra_jars
 from spark_jobs.settings import load_settings
-from spark_jobs.stack import supervisor
+from spark_jobs.stack import services, supervisor
 from spark_jobs.stack.bootstrap import bucket_policy
 from spark_jobs.stack.services import Program, render_template, template_values
 from spark_jobs.stack.supervisor import StackError
@@ -58,6 +58,14 @@ def test_supervisor_config_escapes_percent_and_quotes(tmp_path: Path) -> None:
     assert 'environment=K="v%%1\\"x"' in text
     assert "user=postgres" in text
     assert "stopasgroup=true" in text and "killasgroup=true" in text
+
+
+def test_the_stream_is_stopped_by_signalling_the_driver_alone(tmp_path: Path) -> None:
+    """SIGTERM reaches the Python driver only (it stops its queries and drains); the group is killed after the wait."""
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    text = "\n".join(supervisor._program_section(s, services.stream_program(s)))
+    assert "stopsignal=TERM" in text and "stopasgroup=false" in text and "killasgroup=true" in text
+    assert "stopwaitsecs=120" in text
 
 
 def test_too_long_socket_path_is_a_clear_error(tmp_path: Path) -> None:
