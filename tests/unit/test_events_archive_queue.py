@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -29,9 +31,10 @@ class _Spark:
             pass
 
 
-def _app(max_rows: int) -> ev.EventsApp:
+def _app(max_rows: int, run_dir: Path) -> ev.EventsApp:
     app = ev.EventsApp.__new__(ev.EventsApp)
     app.spark = _Spark()  # type: ignore[assignment]
+    app.settings = SimpleNamespace(run_dir=run_dir)  # type: ignore[assignment]
     app._jobs = deque()
     app._queued_rows = 0
     app._max_queued_rows = max_rows
@@ -51,7 +54,7 @@ def _job(batch_id: int, rows: int) -> ev.ArchiveJob:
 
 
 def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_queue_is_full(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     gate = threading.Event()
     calls: list[dict[str, set[int]]] = []
 
@@ -60,7 +63,7 @@ def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_q
         gate.wait(10)
 
     monkeypatch.setattr(ev, "write_archive", slow_archive)
-    app = _app(max_rows=100)
+    app = _app(max_rows=100, run_dir=tmp_path)
     jobs = [_job(i, 40) for i in range(4)]
     app._enqueue(jobs[0], "q")  # taken by the archive at once, which then blocks on the gate
     time.sleep(0.2)
@@ -83,12 +86,12 @@ def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_q
 
 
 def test_an_archive_failure_is_raised_to_the_hot_path_and_keeps_the_batch_queued(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def broken(tables: Any, rows: Any, app_id: str) -> None:
         raise OSError("s3a://lake/warehouse/silver/events: connection refused")
 
     monkeypatch.setattr(ev, "write_archive", broken)
-    app = _app(max_rows=100)
+    app = _app(max_rows=100, run_dir=tmp_path)
     job = _job(5, 10)
     app._enqueue(job, "q")
     deadline = time.monotonic() + 5
@@ -99,3 +102,18 @@ def test_an_archive_failure_is_raised_to_the_hot_path_and_keeps_the_batch_queued
     with pytest.raises(RuntimeError, match="re-read from Kafka at the next start") as info:
         app._raise_archive_error()
     assert "connection refused" in str(info.value.__cause__)
+
+
+def test_the_failpoint_file_holds_the_archive_until_removed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    landed: list[int] = []
+    monkeypatch.setattr(ev, "write_archive", lambda tables, rows, app_id: landed.extend(rows[ev.BRONZE]))
+    hold = tmp_path / "failpoints" / ev.ARCHIVE_HOLD_FAILPOINT
+    hold.parent.mkdir()
+    hold.touch()
+    app = _app(max_rows=100, run_dir=tmp_path)
+    app._enqueue(_job(1, 10), "q")
+    time.sleep(0.5)
+    assert landed == [] and len(app._jobs) == 1
+    hold.unlink()
+    assert app.drain(timeout=10)
+    assert landed == [1]
