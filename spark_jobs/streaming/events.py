@@ -347,10 +347,10 @@ class EventsApp:
                 if not self._jobs:
                     return
                 group = list(self._jobs)  # every batch waiting: one append per table for all of them
-            self._hold_if_asked()
-            started = time.monotonic()
             ids = {job.batch_id for job in group}
-            try:
+            try:  # everything inside: a failure must reach the hot path (archive_error), never end the thread silently
+                self._hold_if_asked()
+                started = time.monotonic()
                 write_archive(self.driver_tables, {table: {job.batch_id: job.tables[table] for job in group}
                                                    for table in (BRONZE, SILVER, QUARANTINE)}, app_id)
                 seconds = time.monotonic() - started

@@ -68,7 +68,7 @@ def test_waiting_batches_are_archived_together_and_the_hot_path_waits_when_the_q
     app._enqueue(jobs[0], "q")  # taken by the archive at once, which then blocks on the gate
     time.sleep(0.2)
     app._enqueue(jobs[1], "q")  # 80 rows queued
-    blocked = threading.Thread(target=app._enqueue, args=(jobs[2], "q"))  # 120 > 100: must wait
+    blocked = threading.Thread(target=app._enqueue, args=(jobs[2], "q"), daemon=True)  # 120 > 100: must wait
     blocked.start()
     time.sleep(0.3)
     assert blocked.is_alive() and len(app._jobs) == 2
@@ -117,3 +117,19 @@ def test_the_failpoint_file_holds_the_archive_until_removed(monkeypatch: pytest.
     hold.unlink()
     assert app.drain(timeout=10)
     assert landed == [1]
+
+
+def test_a_failure_before_the_write_still_reaches_the_hot_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Whatever fails in the archive thread is raised to the hot path (a silent death would block it forever)."""
+    app = _app(max_rows=100, run_dir=tmp_path)
+
+    def broken_hold() -> None:
+        raise PermissionError(f"{tmp_path}/failpoints: permission denied")
+
+    monkeypatch.setattr(app, "_hold_if_asked", broken_hold)
+    app._enqueue(_job(1, 10), "q")
+    deadline = time.monotonic() + 5
+    while app.archive_error is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(RuntimeError, match="archive thread failed"):
+        app._raise_archive_error()
