@@ -23,6 +23,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,7 +76,7 @@ def run(settings: Settings) -> int:
     failed = [q for q in queries if q.exception() is not None]
     for query in queries:
         if query.isActive:
-            query.stop()
+            _stop_between_batches(query)
     archive_failed = [app for app in events.APPS if app.archive_error is not None]
     for app in events.APPS:
         # Land what is queued (a kill skips this; the next start re-reads those batches from Kafka instead).
@@ -87,6 +88,16 @@ def run(settings: Settings) -> int:
         print(f"lake stream: lake_events archive failed: {app.archive_error!r}; the next start lands the "
               "batches it did not from Kafka", file=sys.stderr, flush=True)
     return 1 if failed or archive_failed else 0
+
+
+def _stop_between_batches(query: Any, wait: float = 60.0) -> None:
+    """Stop ``query``, waiting (up to ``wait`` s) for a moment when no micro-batch runs: ``stop()`` interrupts
+    a running batch (its work is redone at the next start, so nothing is lost, but the interrupted batch
+    logs errors)."""
+    deadline = time.monotonic() + wait
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
