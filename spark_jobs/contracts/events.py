@@ -2,10 +2,12 @@
 
 The JSON Schema (draft 2020-12) in ``events/clickstream.schema.json`` is the
 single source of truth. The producer (:mod:`spark_jobs.events_producer`)
-validates with it before sending; the streaming app applies the same rules as
-Spark SQL expressions (:mod:`spark_jobs.silver.events`), reading patterns,
-enums and limits from :func:`field_rules` so the two cannot drift apart; a
-parity test runs both over the same corpus.
+validates with it before sending; the streaming app classifies with
+:func:`check_record`, behind the compiled fast checks of
+:mod:`spark_jobs.silver.events_arrow`; :mod:`spark_jobs.silver.events` applies
+the same rules as Spark SQL expressions (``lake reconcile events``), reading
+patterns, enums and limits from :func:`field_rules` so they cannot drift apart;
+parity tests run them over the same corpus.
 
 A record is checked in this order and gets exactly one reason code, the first
 that applies, plus a detail naming the field:

@@ -35,7 +35,6 @@ import json
 import re
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +50,7 @@ from spark_jobs.contracts.events import (
     parse_event_time,
     parse_record,
 )
+from spark_jobs.hot.events import epoch_micros, from_epoch_micros
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 #: Input columns (the Kafka source's, ``timestamp`` renamed): what :func:`check_records` reads.
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "kafka_timestamp")
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROS_PER_DAY = 86_400_000_000
 _FUTURE_MICROS = MAX_FUTURE_SECONDS * 1_000_000
 
@@ -129,7 +128,7 @@ class FastCheck:
         when = parse_event_time(text)
         if when is None:
             return None
-        micros = micros_of(when)
+        micros = epoch_micros(when)
         return micros if micros <= kafka_us + _FUTURE_MICROS else None
 
 
@@ -141,11 +140,6 @@ def _all_hold(rules: Sequence[tuple[str, bool, Callable[[Any], bool]]], obj: dic
         elif required:
             return False
     return True
-
-
-def micros_of(when: datetime) -> int:
-    """Epoch microseconds of an aware datetime (exact integer arithmetic)."""
-    return (when - _EPOCH) // timedelta(microseconds=1)
 
 
 def properties_text(props: Any) -> str:
@@ -212,12 +206,12 @@ def check_records(raw: pa.Table, rules: ContractRules | None = None, fast: FastC
                 doc = None
         micros = None if doc is None else fast.event_micros(doc, ts)
         if micros is None:
-            verdict = check_record(value, _EPOCH + timedelta(microseconds=ts))
+            verdict = check_record(value, from_epoch_micros(ts))
             if verdict is not None:
                 reason[i], error[i] = verdict
                 continue
             doc = parse_record(value)  # valid, so a value that parses
-            micros = micros_of(parse_event_time(doc["event_time"]))  # type: ignore[arg-type]  # valid: an instant
+            micros = epoch_micros(parse_event_time(doc["event_time"]))  # type: ignore[arg-type]  # valid: an instant
         etype = doc["event_type"]
         event_id[i] = doc["event_id"]
         event_type[i] = etype

@@ -271,12 +271,13 @@ class EventsApp:
                 lo_hi[1] = o
         valid_rows = [i for i, why in enumerate(keys.column("_reason").to_pylist()) if why is None]
         ids = keys.column("_event_id").to_pylist()
-        firsts, dups = self.index.split([(ids[i], parts[i], offs[i]) for i in valid_rows])
-        new_rows = [valid_rows[j] for j in firsts]
-        new = keys.take(pa.array(new_rows, pa.int64()))
-        micros = pc.cast(new.column("_event_time"), pa.int64()).to_numpy(zero_copy_only=False)
-        wm_us = None if watermark_before is None else epoch_micros(watermark_before)
-        late_mask = (micros < wm_us) if wm_us is not None else np.zeros(len(micros), dtype=bool)
+        _firsts, dups = self.index.split([(ids[i], parts[i], offs[i]) for i in valid_rows])
+        # The batch's bronze/silver/quarantine rows; silver's are the new unique events with their late flag,
+        # which the hot windows take too (one rule for both, the one the recovery applies).
+        tables = archive_tables(keys, batch_id, ingest_time, watermark_before, set(dups))
+        new = tables[SILVER]
+        micros = pc.cast(new.column("event_time"), pa.int64()).to_numpy(zero_copy_only=False)
+        late_mask = new.column("_late").to_numpy(zero_copy_only=False)
         late = int(late_mask.sum())
         if late < len(micros):
             candidate = from_epoch_micros(int(micros[~late_mask].max())) - self.delay
@@ -284,9 +285,9 @@ class EventsApp:
         steps["dedup"] = time.monotonic() - t
 
         t = time.monotonic()
-        events = pa.table({"event_type": new.column("_event_type"), "user_id": new.column("_user_id"),
-                           "event_us": pa.array(micros, pa.int64()), "revenue": new.column("_p_revenue"),
-                           "late": pa.array(late_mask, pa.bool_())})
+        events = pa.table({"event_type": new.column("event_type"), "user_id": new.column("user_id"),
+                           "event_us": pa.array(micros, pa.int64()), "revenue": new.column("revenue"),
+                           "late": new.column("_late")})
         for table, windows in self.hot.items():
             if batch_id <= self.hot_version.get(table, -1):
                 continue  # committed before a crash: the state loaded from the table holds it
@@ -303,7 +304,7 @@ class EventsApp:
             dup_offsets.setdefault(str(p), []).append(o)
         ledger = {
             "batch_id": batch_id, "received": received, "valid": len(valid_rows), "quarantined": quarantined,
-            "duplicates": len(dups), "appended": len(new_rows), "late": late,
+            "duplicates": len(dups), "appended": new.num_rows, "late": late,
             "watermark_before": watermark_before, "watermark_after": self.watermark,
             "max_ingest_time": ingest_time, "hot_committed_at": hot_committed,
             "offsets": {k: f"{v[0]}-{v[1]}" for k, v in offsets.items()},
@@ -313,11 +314,8 @@ class EventsApp:
         # The ledger row is the batch's decision log: with its offsets, watermark and duplicates the
         # archive can be recomputed from Kafka exactly if the driver dies before it lands.
         self.driver_tables[LEDGER].write_once([ledger], app_id, batch_id, "append")
-        self.index.add_batch(batch_id, ingest_time, (ids[i] for i in new_rows))
+        self.index.add_batch(batch_id, ingest_time, new.column("event_id").to_pylist())
         steps["ledger"] = time.monotonic() - t
-        t = time.monotonic()
-        tables = archive_tables(keys, batch_id, ingest_time, watermark_before, set(dups))
-        steps["archive_rows"] = time.monotonic() - t
         self._record_progress(batch_id, ledger, steps, started)
         self._maybe_vacuum_hot()
         self._enqueue(ArchiveJob(batch_id, tables, received, quarantined, offsets), app_id)
@@ -460,7 +458,7 @@ class EventsApp:
         if last:
             row = last[0]
             self.done_through = int(row.batch_id)
-            self.watermark = row.watermark_after.astimezone(UTC) if row.watermark_after else None
+            self.watermark = _utc(row.watermark_after)
             since = row.max_ingest_time.astimezone(UTC) - self.delay
             recent = (self.spark.table(SILVER).where(F.col("_ingest_time") >= F.lit(since))
                       .groupBy("_batch_id").agg(F.collect_list("event_id").alias("ids"),
@@ -580,14 +578,12 @@ def write_archive(tables: dict[str, DriverTable], rows: dict[str, dict[int, pa.T
     and talks to S3 outside the GIL).
     """
 
-    def one(table: str, batches: dict[int, pa.Table]) -> None:
-        data = pa.concat_tables([t for t in batches.values() if t.num_rows])
-        if data.num_rows:
-            tables[table].write_once(data, app_id, max(batches), "append")
-
-    work = {t: b for t, b in rows.items() if b and any(x.num_rows for x in b.values())}
+    work = {table: (max(batches), [t for t in batches.values() if t.num_rows]) for table, batches in rows.items()
+            if batches}
     with ThreadPoolExecutor(max_workers=3) as pool:
-        for future in [pool.submit(one, table, batches) for table, batches in work.items()]:
+        futures = [pool.submit(tables[table].write_once, pa.concat_tables(parts), app_id, version, "append")
+                   for table, (version, parts) in work.items() if parts]
+        for future in futures:
             future.result()
 
 
