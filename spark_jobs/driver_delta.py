@@ -12,8 +12,8 @@ file and the commit JSON in the driver, ~30-60 ms per commit against MinIO
 The tables are still created by Spark (catalog registration, schema,
 properties) and still have one writer: the streaming app (DESIGN.md, single
 writer per table on S3; ``AWS_S3_ALLOW_UNSAFE_RENAME`` states that delta-rs
-relies on it). Only protocol (1, 2) tables without table features are written
-here; :func:`check_writable` refuses anything else.
+relies on it). Only tables of protocol up to (1, 4) without table features are
+written here; :func:`check_writable` refuses anything else.
 
 Exactly-once uses the same convention as Spark's idempotent writes
 (``streaming.common.once_writer``): the commit carries the Delta transaction
@@ -82,6 +82,11 @@ class DriverTable:
     def refresh(self) -> None:
         self.table.update_incremental()
 
+    def reload_schema(self) -> None:
+        """Re-read the schema after another writer (Spark's ``ALTER TABLE ... ADD COLUMNS``) changed it."""
+        self.refresh()
+        self.arrow_schema = _arrow_schema(self.table)
+
     def committed_version(self, app_id: str) -> int | None:
         """Last batch id committed under ``<app_id>:<table>``, None if never."""
         self.refresh()
@@ -120,11 +125,16 @@ class DriverTable:
 def check_writable(name: str, protocol: Any) -> None:
     """Refuse tables whose protocol needs features the driver writer does not promise to honour."""
     reader, writer = int(protocol.min_reader_version), int(protocol.min_writer_version)
-    if reader > 1 or writer > 2 or protocol.writer_features or protocol.reader_features:
+    # Writer 3 adds CHECK constraints, 4 the change data feed and generated columns: delta-rs enforces
+    # the first and writes the feed's _change_data files for MERGE/UPDATE/DELETE. Reader 3 / writer 7
+    # (table features, e.g. deletion vectors, which delta-rs 1.x cannot read) are refused.
+    if reader > 1 or writer > 4 or protocol.writer_features or protocol.reader_features:
+        features = sorted({*(protocol.writer_features or []), *(protocol.reader_features or [])})
+        hint = (" (deletion vectors: the silver CDC tables of Lakestream before the driver-side MERGE had them; "
+                "see README, 'Upgrading')" if "deletionVectors" in features else "")
         raise DriverDeltaError(
-            f"{name}: protocol (reader {reader}, writer {writer}, features "
-            f"{protocol.writer_features or protocol.reader_features}) is not written from the driver; "
-            "recreate the table without table features (the streaming app creates it as (1, 2))")
+            f"{name}: protocol (reader {reader}, writer {writer}, features {features}) is not written from the "
+            f"driver{hint}; recreate the table without table features (the streaming app creates (1, 2) or (1, 4))")
 
 
 def _arrow_schema(table: DeltaTable) -> pa.Schema:

@@ -54,7 +54,7 @@ schema: bronze keeps the raw bytes, so nothing is lost meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
@@ -472,7 +472,13 @@ def toastable_columns(table_schema: StructType, key_columns: Sequence[str]) -> l
 
     Only these can hold ``UNAVAILABLE_VALUE``; a contract may list fewer.
     """
-    return [f.name for f in table_schema.fields if isinstance(f.dataType, StringType) and f.name not in key_columns]
+    return toastable_columns_of([(f.name, isinstance(f.dataType, StringType)) for f in table_schema.fields],
+                                key_columns)
+
+
+def toastable_columns_of(columns: Sequence[tuple[str, bool]], key_columns: Sequence[str]) -> list[str]:
+    """:func:`toastable_columns` over (name, is a string column) pairs, in column order."""
+    return [name for name, is_string in columns if is_string and name not in key_columns]
 
 
 def added_columns(current: StructType, incoming: Sequence[str]) -> list[str]:
@@ -495,19 +501,20 @@ def extra_column_names(changes: DataFrame) -> DataFrame:
     return changes.where(F.col("_extra").isNotNull()).select(F.explode(keys).alias("column")).distinct()
 
 
-def merge_condition(key_columns: Sequence[str], target: str = "t", source: str = "s") -> str:
+def merge_condition(key_columns: Sequence[str], target: str = "t", source: str = "s",
+                    quote: Callable[[str], str] = _q) -> str:
     """``t.`k1` = s.`k1` AND ...``: the MERGE match condition on the primary key."""
     if not key_columns:
         raise ValueError("key_columns is empty: a MERGE needs the table's primary key columns")
-    return " AND ".join(f"{target}.{_q(k)} = {source}.{_q(k)}" for k in key_columns)
+    return " AND ".join(f"{target}.{quote(k)} = {source}.{quote(k)}" for k in key_columns)
 
 
-def newer_condition(target: str = "t", source: str = "s") -> str:
+def newer_condition(target: str = "t", source: str = "s", quote: Callable[[str], str] = _q) -> str:
     """``s`` position > ``t`` position, lexicographic over ``POSITION_COLUMNS`` (all non-null in silver)."""
     terms: list[str] = []
     for i, col in enumerate(POSITION_COLUMNS):
-        equal = [f"{source}.{_q(c)} = {target}.{_q(c)}" for c in POSITION_COLUMNS[:i]]
-        terms.append(" AND ".join([*equal, f"{source}.{_q(col)} > {target}.{_q(col)}"]))
+        equal = [f"{source}.{quote(c)} = {target}.{quote(c)}" for c in POSITION_COLUMNS[:i]]
+        terms.append(" AND ".join([*equal, f"{source}.{quote(col)} > {target}.{quote(col)}"]))
     return "(" + " OR ".join(f"({t})" for t in terms) + ")"
 
 
@@ -530,6 +537,7 @@ def merge_plan(
     toastable: Sequence[str] = (),
     target: str = "t",
     source: str = "s",
+    quote: Callable[[str], str] = _q,
 ) -> MergePlan:
     """Build the MERGE fragments for a silver CDC table.
 
@@ -548,20 +556,20 @@ def merge_plan(
     stray = [c for c in toastable if c not in cols or c in key_columns]
     if stray:
         raise ValueError(f"merge_plan: TOAST-able columns {stray} are not non-key target columns")
-    newer = newer_condition(target, source)
-    is_delete = f"{source}.`_op` = 'd'"
+    newer = newer_condition(target, source, quote)
+    is_delete = f"{source}.{quote('_op')} = 'd'"
     update_set: dict[str, str] = {}
     for c in cols:
         if c in key_columns:
             continue
-        s_c, t_c = f"{source}.{_q(c)}", f"{target}.{_q(c)}"
+        s_c, t_c = f"{source}.{quote(c)}", f"{target}.{quote(c)}"
         update_set[c] = f"CASE WHEN {s_c} = '{UNAVAILABLE_VALUE}' THEN {t_c} ELSE {s_c} END" if c in toastable else s_c
     return MergePlan(
-        condition=merge_condition(key_columns, target, source),
+        condition=merge_condition(key_columns, target, source, quote),
         newer=newer,
         delete_condition=f"{is_delete} AND {newer}",
-        update_condition=f"{source}.`_op` <> 'd' AND {newer}",
+        update_condition=f"{source}.{quote('_op')} <> 'd' AND {newer}",
         update_set=update_set,
-        insert_condition=f"{source}.`_op` <> 'd'",
-        insert_values={c: f"{source}.{_q(c)}" for c in cols},
+        insert_condition=f"{source}.{quote('_op')} <> 'd'",
+        insert_values={c: f"{source}.{quote(c)}" for c in cols},
     )

@@ -47,10 +47,16 @@ def test_rows_are_cast_to_the_table_schema_and_a_bad_row_is_refused(tmp_path: Pa
 def test_tables_with_features_the_driver_writer_does_not_promise_are_refused() -> None:
     check_writable("hot.x", SimpleNamespace(min_reader_version=1, min_writer_version=2,
                                             writer_features=None, reader_features=None))
-    with pytest.raises(DriverDeltaError, match="deletionVectors"):
+    # Change data feed (writer 4): delta-rs writes the feed's files itself.
+    check_writable("silver.x", SimpleNamespace(min_reader_version=1, min_writer_version=4,
+                                               writer_features=None, reader_features=None))
+    with pytest.raises(DriverDeltaError, match=r"deletionVectors.*'Upgrading'"):
         check_writable("hot.x", SimpleNamespace(min_reader_version=3, min_writer_version=7,
                                                 writer_features=["deletionVectors"],
                                                 reader_features=["deletionVectors"]))
+    with pytest.raises(DriverDeltaError, match="writer 5"):
+        check_writable("hot.x", SimpleNamespace(min_reader_version=2, min_writer_version=5,
+                                                writer_features=None, reader_features=None))
 
 
 def test_missing_table_names_the_table_and_who_creates_it(tmp_path: Path) -> None:

@@ -1,0 +1,365 @@
+"""The driver-side CDC apply (spark_jobs.silver.cdc_arrow): one named test per edge case, on a real delta-rs MERGE.
+
+Each test applies small inline Debezium batches to a local Delta table through
+``apply_changes``, the function the streaming app calls per table and batch, and
+reads the table back. The parse is also checked against the Spark parse it
+replaced (``spark_jobs.silver.cdc.parse_changes``), record for record.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs.driver_delta import DriverTable
+from spark_jobs.hot.events import from_epoch_micros
+from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, parse_changes
+from spark_jobs.silver.cdc_arrow import DeleteIndex, apply_changes, parse_records, quarantine_table, row_schema
+from tests.unit.test_cdc_parse import KAFKA_TS, KEYS, ORDERS, TOPIC, Record, bronze, change, key_bytes, row, tombstone
+
+UTC_US = pa.timestamp("us", tz="UTC")
+ROWS = pa.schema([("id", pa.int32()), ("status", pa.string()), ("amount", pa.decimal128(10, 2)),
+                  ("placed_at", UTC_US), ("notes", pa.string()), ("attrs", pa.string())])
+SILVER = pa.schema([*ROWS, ("_op", pa.string()), ("_snapshot_rank", pa.int32()), ("_commit_lsn", pa.int64()),
+                    ("_change_lsn", pa.int64()), ("_source_ts", UTC_US), ("_extra", pa.string())])
+MARKERS = pa.schema([("id", pa.int32()), ("_snapshot_rank", pa.int32()), ("_commit_lsn", pa.int64()),
+                     ("_change_lsn", pa.int64())])
+SHOWN = ["id", "status", "notes", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
+
+
+def raw(records: list[Record], first_offset: int = 0) -> pa.Table:
+    """Raw Kafka rows as the streaming app collects them: partition 0, consecutive offsets."""
+    return pa.table({
+        "key": pa.array([k for k, _ in records], pa.binary()),
+        "value": pa.array([v for _, v in records], pa.binary()),
+        "topic": pa.array([TOPIC] * len(records), pa.string()),
+        "partition": pa.array([0] * len(records), pa.int32()),
+        "offset": pa.array(range(first_offset, first_offset + len(records)), pa.int64()),
+        "kafka_timestamp": pa.array([KAFKA_TS] * len(records), UTC_US),
+    })
+
+
+class Lake:
+    """A local silver table and its delete markers, applied to as the streaming app does."""
+
+    def __init__(self, path: Path) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(str(path / "silver"), SILVER.empty_table(), configuration={"delta.enableChangeDataFeed": "true"})
+        write_deltalake(str(path / "deleted"), MARKERS.empty_table())
+        self.path = path
+        self.silver = DriverTable(None, "silver.orders", str(path / "silver"))
+        self.deleted = DriverTable(None, "silver.orders__deleted", str(path / "deleted"))
+        self.index = DeleteIndex()
+        self.batch_id = 0
+        self.offset = 0
+
+    def apply(self, records: list[Record], batch_id: int | None = None) -> Any:
+        """Parse and apply one batch (the next batch id unless given); returns what apply_changes did."""
+        parsed = parse_records(raw(records, self.offset), row_schema(self.silver.arrow_schema), KEYS)
+        assert parsed.rejects == []
+        self.offset += len(records)
+        if batch_id is None:
+            self.batch_id += 1
+            batch_id = self.batch_id
+        return apply_changes(self.silver, self.deleted, self.index, parsed.changes, KEYS, "app", batch_id)
+
+    def rows(self, columns: list[str] = SHOWN) -> list[tuple[Any, ...]]:
+        table = self.silver.read(columns)
+        return sorted(tuple(r[c] for c in columns) for r in table.to_pylist())
+
+    def restart(self) -> None:
+        """A new driver: the tables are reopened and the delete index is rebuilt from the markers."""
+        self.silver = DriverTable(None, "silver.orders", str(self.path / "silver"))
+        self.deleted = DriverTable(None, "silver.orders__deleted", str(self.path / "deleted"))
+        self.index = DeleteIndex()
+        self.index.add_table(self.deleted.read(), KEYS)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Lake:
+    return Lake(tmp_path)
+
+
+def test_out_of_order_across_batches_older_change_is_ignored(lake: Lake) -> None:
+    lake.apply([change("u", {"id": 1}, after=row(1, "shipped"), commit=300, lsn=310)])
+    lake.apply([change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210)])
+    assert lake.rows() == [(1, "shipped", "n", "u", 1, 300, 310)]
+
+
+def test_duplicate_event_is_applied_once(lake: Lake) -> None:
+    event = change("c", {"id": 1}, after=row(1), commit=100, lsn=110)
+    first = lake.apply([event, event])
+    assert first.changes == 1
+    before = lake.silver.read().to_pylist()
+    # Connect re-sends the same event after a restart: silver must not change.
+    lake.apply([event])
+    assert lake.silver.read().to_pylist() == before
+    assert lake.rows() == [(1, "new", "n", "c", 1, 100, 110)]
+
+
+def test_replayed_batch_is_skipped_by_its_transaction(lake: Lake) -> None:
+    lake.apply([change("c", {"id": 1}, after=row(1), commit=100, lsn=110)])
+    version = lake.silver.table.version()
+    again = lake.apply([change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210)], batch_id=1)
+    assert not again.merged
+    lake.silver.refresh()
+    assert lake.silver.table.version() == version
+    assert lake.rows() == [(1, "new", "n", "c", 1, 100, 110)]
+
+
+def test_delete_then_reinsert_same_key(lake: Lake, tmp_path: Path) -> None:
+    created = change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)
+    deleted = change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)
+    reinserted = change("c", {"id": 1}, after=row(1, "again"), commit=300, lsn=310)
+    # Separate batches: the delete removes the row, the re-insert inserts it again.
+    lake.apply([created])
+    assert lake.apply([deleted, tombstone({"id": 1})]).deletes == 1
+    assert lake.rows() == []
+    lake.apply([reinserted])
+    assert lake.rows() == [(1, "again", "n", "c", 1, 300, 310)]
+    # One batch: the re-insert is the newest change.
+    other = Lake(tmp_path / "one")
+    other.apply([created, deleted, tombstone({"id": 1}), reinserted])
+    assert other.rows() == [(1, "again", "n", "c", 1, 300, 310)]
+
+
+def test_resent_change_after_delete_is_dropped_by_the_delete_markers(lake: Lake) -> None:
+    """Silver forgets a deleted row, the marker table does not: a re-sent older insert stays out, across restarts."""
+    created = change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)
+    lake.apply([created])
+    lake.apply([change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)])
+    lake.restart()
+    assert len(lake.index) == 1
+    other = change("c", {"id": 2}, after=row(2), commit=100, lsn=120)
+    lake.apply([created, other])  # Connect re-sent the insert: key 1 stays deleted
+    assert lake.rows() == [(2, "new", "n", "c", 1, 100, 120)]
+    lake.apply([change("c", {"id": 1}, after=row(1, "again"), commit=300, lsn=310)])  # newer: applies
+    assert lake.rows() == [(1, "again", "n", "c", 1, 300, 310), (2, "new", "n", "c", 1, 100, 120)]
+
+
+def test_crash_between_silver_and_the_markers_loses_no_delete(lake: Lake) -> None:
+    lake.apply([change("c", {"id": 1}, after=row(1), commit=100, lsn=110)])
+    delete = [change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)]
+    parsed = parse_records(raw(delete, 1), row_schema(lake.silver.arrow_schema), KEYS)
+    # The driver dies after the silver MERGE of batch 2, before its markers: simulate by a MERGE-only apply.
+    markers = lake.deleted
+    lake.deleted = DriverTable(None, "scratch", str(lake.path / "deleted"))
+    lake.deleted.write_once = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="killed"):
+        apply_changes(lake.silver, lake.deleted, lake.index, parsed.changes, KEYS, "app", 2)
+    assert lake.rows() == []
+    # The replay of batch 2 skips the MERGE and appends the marker.
+    lake.deleted = markers
+    lake.restart()
+    replay = apply_changes(lake.silver, lake.deleted, lake.index, parsed.changes, KEYS, "app", 2)
+    assert (replay.merged, replay.deletes) == (False, 1)
+    assert lake.deleted.read(["id", "_commit_lsn"]).to_pylist() == [{"id": 1, "_commit_lsn": 200}]
+    lake.batch_id = 2
+    assert lake.apply([change("c", {"id": 1}, after=row(1), commit=100, lsn=110)]).changes == 0  # a re-send
+    assert lake.rows() == []
+
+
+def test_delete_older_than_row_is_ignored(lake: Lake) -> None:
+    lake.apply([change("u", {"id": 1}, after=row(1, "paid"), commit=300, lsn=310)])
+    lake.apply([change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)])
+    assert lake.rows() == [(1, "paid", "n", "u", 1, 300, 310)]
+
+
+def test_delete_of_a_key_silver_never_had_inserts_nothing(lake: Lake) -> None:
+    lake.apply([change("d", {"id": 9}, before={"id": 9}, commit=200, lsn=210)])
+    assert lake.rows() == []
+
+
+def test_primary_key_change_moves_the_row(lake: Lake) -> None:
+    lake.apply([change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)])
+    lake.apply([change("d", {"id": 1}, before={"id": 1}, commit=400, lsn=410), tombstone({"id": 1}),
+                change("c", {"id": 2}, after=row(2, "new"), commit=400, lsn=410)])
+    assert lake.rows() == [(2, "new", "n", "c", 1, 400, 410)]
+
+
+def test_tombstone_is_skipped_not_rejected() -> None:
+    parsed = parse_records(raw([change("d", {"id": 7}, before={"id": 7}, commit=300, lsn=310), tombstone({"id": 7})]),
+                           ROWS, KEYS)
+    assert (len(parsed.changes), parsed.rejects, parsed.tombstones) == (1, [], 1)
+
+
+def test_snapshot_read_loses_to_streamed_change(lake: Lake, tmp_path: Path) -> None:
+    # The snapshot's LSN (500) is higher than the streamed update's, yet the streamed change wins.
+    streamed = change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210)
+    snapshot = change("r", {"id": 1}, after=row(1, "stale"), commit=None, lsn=500, snapshot="true")
+    lake.apply([streamed])
+    lake.apply([snapshot])
+    assert lake.rows() == [(1, "paid", "n", "u", 1, 200, 210)]
+    for i, records in enumerate(([streamed, snapshot], [snapshot, streamed])):
+        one = Lake(tmp_path / f"one{i}")
+        one.apply(records)
+        assert one.rows() == [(1, "paid", "n", "u", 1, 200, 210)]
+    # A snapshot row in silver is replaced by a later re-snapshot.
+    snap = Lake(tmp_path / "snap")
+    snap.apply([snapshot])
+    snap.apply([change("r", {"id": 1}, after=row(1, "resnap"), commit=None, lsn=600, snapshot="true")])
+    assert snap.rows() == [(1, "resnap", "n", "r", 0, 600, 600)]
+
+
+def test_toast_placeholder_keeps_target_value(lake: Lake) -> None:
+    long_text = "x" * 5000
+    lake.apply([change("c", {"id": 1}, after=row(1, "new", notes=long_text, attrs='{"a": 1}'), commit=100, lsn=110)])
+    lake.apply([change("u", {"id": 1}, after=row(1, "paid", notes=UNAVAILABLE_VALUE, attrs=UNAVAILABLE_VALUE),
+                       commit=200, lsn=210)])
+    assert lake.rows(["id", "status", "notes", "attrs", "_commit_lsn"]) == [(1, "paid", long_text, '{"a": 1}', 200)]
+    lake.apply([change("u", {"id": 1}, after=row(1, "paid", notes="short now"), commit=300, lsn=310)])
+    assert lake.rows(["notes"]) == [("short now",)]
+
+
+def test_toast_placeholder_after_insert_in_the_same_batch(lake: Lake) -> None:
+    lake.apply([
+        change("c", {"id": 1}, after=row(1, "a", notes="long text"), commit=10, lsn=10),
+        change("u", {"id": 1}, after=row(1, "b", notes=UNAVAILABLE_VALUE), commit=11, lsn=11),
+        change("c", {"id": 2}, after=row(2, "x", notes=None), commit=12, lsn=12),  # a real NULL is a value too
+        change("u", {"id": 2}, after=row(2, "y", notes=UNAVAILABLE_VALUE), commit=13, lsn=13),
+        change("u", {"id": 3}, after=row(3, "z", notes=UNAVAILABLE_VALUE), commit=14, lsn=14),  # nothing earlier
+    ])
+    assert lake.rows(["id", "notes", "status"]) == [(1, "long text", "b"), (2, None, "y"), (3, UNAVAILABLE_VALUE, "z")]
+
+
+def test_added_column_flows_into_extra_then_into_its_own_column(lake: Lake) -> None:
+    from deltalake.schema import Field, PrimitiveType
+
+    lake.apply([change("c", {"id": 1}, after=row(1))])
+    grown = [change("u", {"id": 1}, after=row(1, "paid", coupon="SPRING", discount="2.50"), commit=200, lsn=210)]
+    parsed = parse_records(raw(grown), row_schema(lake.silver.arrow_schema), KEYS)
+    assert parsed.extra_columns == ["coupon", "discount"]
+    lake.apply(grown)
+    assert lake.rows(["id", "status", "_extra"]) == [(1, "paid", '{"coupon":"SPRING","discount":"2.50"}')]
+    # The app widens the table (ALTER TABLE ADD COLUMNS), reloads its schema and re-parses: the values are typed.
+    lake.silver.table.alter.add_columns([Field("coupon", PrimitiveType("string")),
+                                         Field("discount", PrimitiveType("decimal(6,2)"))])
+    lake.silver.reload_schema()
+    lake.apply([change("u", {"id": 1}, after=row(1, "paid", coupon="SUMMER", discount="3.75"), commit=300, lsn=310)])
+    assert lake.rows(["id", "coupon", "discount", "_extra"]) == [(1, "SUMMER", Decimal("3.75"), None)]
+
+
+def test_interleaved_transactions_ordered_by_commit_not_change_lsn(tmp_path: Path) -> None:
+    # T1 writes at LSN 180 and commits first; T2 began earlier, wrote at LSN 150, commits after T1.
+    # T2's events carry T1's commit LSN (250) as last commit: by change LSN or ts_ms T1 would win.
+    t1 = change("u", {"id": 1}, after=row(1, "from T1"), commit=100, lsn=180, ts_ms=1_709_290_000_900)
+    t2 = change("u", {"id": 1}, after=row(1, "from T2"), commit=250, lsn=150, ts_ms=1_709_290_000_100)
+    want = [(1, "from T2", "n", "u", 1, 250, 150)]
+    for i, batches in enumerate(([[t1, t2]], [[t2, t1]], [[t2], [t1]])):
+        lake = Lake(tmp_path / str(i))
+        for records in batches:
+            lake.apply(records)
+        assert lake.rows() == want
+
+
+def test_changes_within_a_transaction_ordered_by_change_lsn(lake: Lake) -> None:
+    lake.apply([change("u", {"id": 1}, after=row(1, "second"), commit=100, lsn=120),
+                change("u", {"id": 1}, after=row(1, "first"), commit=100, lsn=110),
+                change("c", {"id": 2}, after=row(2), commit=100, lsn=115)])
+    assert lake.rows(["id", "status", "_change_lsn"]) == [(1, "second", 120), (2, "new", 115)]
+
+
+def test_typed_values_and_source_time(lake: Lake) -> None:
+    lake.apply([change("c", {"id": 1}, after=row(1, amount="1234.50", notes="äöü 東京 €"), commit=90, lsn=120)])
+    got = lake.silver.read().to_pylist()[0]
+    assert got["amount"] == Decimal("1234.50")
+    assert got["placed_at"] == datetime(2024, 3, 1, 10, 15, 30, 123456, tzinfo=UTC)
+    assert got["notes"] == "äöü 東京 €"
+    assert got["attrs"] == '{"gift": true}'
+    assert got["_source_ts"] == datetime(2024, 3, 1, 10, 46, 40, tzinfo=UTC)
+
+
+def _reject_corpus() -> tuple[list[Record], list[str]]:
+    no_payload = json.dumps({"schema": {}, "before": None}).encode()
+    good_key, good_value = change("u", {"id": 1}, after=row(1), commit=200, lsn=210)
+    assert good_value is not None
+    no_op = json.loads(good_value)
+    del no_op["payload"]["op"]
+    no_position = json.loads(good_value)
+    del no_position["payload"]["source"]["lsn"], no_position["payload"]["source"]["sequence"]
+    records: list[Record] = [
+        (key_bytes({"id": 1}), b'{"schema": {}, "payload": {"op": "c", '),
+        (key_bytes({"id": 1}), no_payload),
+        (good_key, json.dumps(no_op).encode()),
+        change("x", {"id": 1}, after=row(1)),
+        change("t", {"id": 1}),
+        change("u", {"id": 1}, after=None),
+        (None, change("c", {"id": 1}, after={**row(1), "id": None})[1]),
+        change("c", {"id": 1}, after=row(1, amount="12,50")),
+        change("c", {"id": 1}, after=row(1, amount=UNAVAILABLE_VALUE, placed_at="yesterday")),
+        change("c", {"id": 1}, after={**row(1), "id": "one"}),
+        (good_key, json.dumps(no_position).encode()),
+        (good_key, b"\xff\xfe not utf-8"),
+        (good_key, good_value),
+    ]
+    reasons = [
+        "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)",
+        "envelope has no 'payload': expected Debezium JsonConverter output with schemas.enable=true",
+        "payload has no 'op'",
+        "unknown op 'x' (expected one of c, u, d, r)",
+        "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot",
+        "op 'u' has no 'after' row image",
+        "missing key column(s) id in the row image and the Kafka key",
+        "column 'amount': cannot convert '12,50' to decimal(10,2)",
+        f"column 'amount': cannot convert '{UNAVAILABLE_VALUE}' to decimal(10,2); "
+        "column 'placed_at': cannot convert 'yesterday' to timestamp",
+        "row image does not match the table schema (id int, status string, amount decimal(10,2), "
+        "placed_at timestamp, notes string, attrs string)",
+        "source has neither 'sequence' nor 'lsn': the change cannot be ordered",
+        "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)",
+    ]
+    return records, reasons
+
+
+def test_rejects_carry_raw_record_coordinates_and_reason() -> None:
+    records, reasons = _reject_corpus()
+    parsed = parse_records(raw(records), ROWS, KEYS)
+    assert [(r.offset, r.error) for r in parsed.rejects] == list(enumerate(reasons))
+    assert [(r.key, r.value, r.topic, r.partition) for r in parsed.rejects] == [(k, v, TOPIC, 0)
+                                                                               for k, v in records[:-1]]
+    assert [c.offset for c in parsed.changes] == [len(records) - 1]
+    rows = quarantine_table(parsed.rejects, datetime(2024, 3, 2, tzinfo=UTC)).to_pylist()
+    assert rows[0]["stage"] == "cdc" and rows[0]["offset"] == 0 and rows[0]["value"] == records[0][1]
+    assert rows[0]["kafka_timestamp"] == KAFKA_TS and rows[0]["error"] == reasons[0]
+
+
+def test_missing_key_falls_back_to_kafka_key() -> None:
+    parsed = parse_records(raw([change("c", {"id": 5}, after={**row(5), "id": None})]), ROWS, KEYS)
+    assert [(c.values[0], c.values[1]) for c in parsed.changes] == [(5, "new")]
+
+
+def test_parse_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="key_columns is empty"):
+        parse_records(raw([]), ROWS, [])
+    with pytest.raises(ValueError, match=r"key column\(s\) \['order_id'\] are not in the table schema"):
+        parse_records(raw([]), ROWS, ["order_id"])
+    with pytest.raises(ValueError, match="column 'at': silver type timestamp.*not supported"):
+        parse_records(raw([]), pa.schema([("id", pa.int32()), ("at", pa.timestamp("us"))]), KEYS)
+
+
+def test_driver_parse_equals_the_spark_parse(spark: Any) -> None:
+    """Same changes (values, op, position, extra) and the same rejects as ``parse_changes`` on one corpus."""
+    rejects, _ = _reject_corpus()
+    corpus = [*rejects,
+              change("c", {"id": 2}, after=row(2, amount="1234.5", notes="äöü 東京 €"), commit=90, lsn=120),
+              change("d", {"id": 3}, before={"id": 3}, commit=300, lsn=310), tombstone({"id": 3}),
+              change("r", {"id": 4}, after=row(4), commit=None, lsn=500, snapshot="last"),
+              change("u", {"id": 5}, after=row(5, attrs={"nested": [1, "x"]}, notes=UNAVAILABLE_VALUE,
+                                                coupon="X", n=7)),
+              change("u", {"id": 6}, after={**row(6), "amount": 12.5, "placed_at": "2024-03-01T10:15:30+02:00"})]
+    spark_changes, spark_rejects = parse_changes(bronze(spark, corpus), ORDERS, KEYS)
+    parsed = parse_records(raw(corpus), ROWS, KEYS)
+    cols = [*ROWS.names, "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn", "_source_ts", "_extra", "_offset"]
+    want = sorted((tuple(r[c] for c in cols) for r in spark_changes.collect()), key=lambda r: r[-1])
+    got = [(*c.values[:3], None if c.values[3] is None else from_epoch_micros(c.values[3]), *c.values[4:], c.op,
+            *c.pos, None if c.source_ts is None else from_epoch_micros(c.source_ts), c.extra, c.offset)
+           for c in parsed.changes]
+    assert got == [tuple(v.astimezone(UTC) if isinstance(v, datetime) else v for v in r) for r in want]
+    assert [(r.offset, r.error) for r in parsed.rejects] == sorted((r.offset, r.error) for r in spark_rejects.collect())
