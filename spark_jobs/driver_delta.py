@@ -12,8 +12,8 @@ file and the commit JSON in the driver, ~30-60 ms per commit against MinIO
 The tables are still created by Spark (catalog registration, schema,
 properties) and still have one writer: the streaming app (DESIGN.md, single
 writer per table on S3; ``AWS_S3_ALLOW_UNSAFE_RENAME`` states that delta-rs
-relies on it). Only tables of protocol up to (1, 4) without table features are
-written here; :func:`check_writable` refuses anything else.
+relies on it). Only tables of reader version 1 whose writer features delta-rs
+honours are written here; :func:`check_writable` refuses anything else.
 
 Exactly-once uses the same convention as Spark's idempotent writes
 (``streaming.common.once_writer``): the commit carries the Delta transaction
@@ -122,19 +122,29 @@ class DriverTable:
         return len(self.table.vacuum(dry_run=False))
 
 
+#: Writer table features the driver writer (delta-rs) honours.
+DRIVER_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "changeDataFeed"})
+
+
 def check_writable(name: str, protocol: Any) -> None:
     """Refuse tables whose protocol needs features the driver writer does not promise to honour."""
     reader, writer = int(protocol.min_reader_version), int(protocol.min_writer_version)
     # Writer 3 adds CHECK constraints, 4 the change data feed and generated columns: delta-rs enforces
-    # the first and writes the feed's _change_data files for MERGE/UPDATE/DELETE. Reader 3 / writer 7
-    # (table features, e.g. deletion vectors, which delta-rs 1.x cannot read) are refused.
-    if reader > 1 or writer > 4 or protocol.writer_features or protocol.reader_features:
-        features = sorted({*(protocol.writer_features or []), *(protocol.reader_features or [])})
+    # the first and writes the feed's _change_data files for MERGE/UPDATE/DELETE. Writer 7 lists table
+    # features instead (Delta 4 creates a change-data-feed table as (1, 7) with appendOnly, invariants
+    # and changeDataFeed); only those are accepted. Reader features (deletion vectors, which delta-rs 1.x
+    # cannot read) are refused.
+    writer_features = set(protocol.writer_features or [])
+    legacy = writer <= 4 and not writer_features
+    listed = writer == 7 and writer_features <= DRIVER_WRITER_FEATURES
+    if reader > 1 or protocol.reader_features or not (legacy or listed):
+        features = sorted({*writer_features, *(protocol.reader_features or [])})
         hint = (" (deletion vectors: the silver CDC tables of Lakestream before the driver-side MERGE had them; "
                 "see README, 'Upgrading')" if "deletionVectors" in features else "")
         raise DriverDeltaError(
             f"{name}: protocol (reader {reader}, writer {writer}, features {features}) is not written from the "
-            f"driver{hint}; recreate the table without table features (the streaming app creates (1, 2) or (1, 4))")
+            f"driver{hint}; recreate the table without them (the streaming app creates (1, 2), or (1, 7) with "
+            f"{sorted(DRIVER_WRITER_FEATURES)} at most)")
 
 
 def _arrow_schema(table: DeltaTable) -> pa.Schema:

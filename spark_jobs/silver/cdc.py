@@ -481,12 +481,12 @@ def toastable_columns_of(columns: Sequence[tuple[str, bool]], key_columns: Seque
     return [name for name, is_string in columns if is_string and name not in key_columns]
 
 
-def added_columns(current: StructType, incoming: Sequence[str]) -> list[str]:
-    """Payload column names that ``current`` lacks, in payload order, each once.
+def added_columns(current: StructType | Sequence[str], incoming: Sequence[str]) -> list[str]:
+    """Payload column names that ``current`` (a schema or its column names) lacks, in payload order, each once.
 
     Spark resolves names case-insensitively, so ``Note`` is not new if ``note`` exists.
     """
-    known = {n.lower() for n in current.names}
+    known = {n.lower() for n in (current.names if isinstance(current, StructType) else current)}
     out: list[str] = []
     for name in incoming:
         if name.lower() not in known:

@@ -13,6 +13,9 @@ from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
@@ -82,6 +85,23 @@ def bronze_columns(batch: DataFrame, ingest_time: Column | None = None) -> DataF
         F.col("timestamp").alias("kafka_timestamp"),
         (F.current_timestamp() if ingest_time is None else ingest_time).alias("ingest_time"),
     ).withColumn("ingest_date", F.to_date("ingest_time"))
+
+
+def bronze_rows(raw: pa.Table, ingest_time: datetime) -> pa.Table:
+    """Raw Kafka rows (Arrow: key, value, topic, partition, offset, kafka_timestamp) -> bronze rows for delta-rs."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_jobs.hot.events import epoch_micros
+
+    ingest = pa.array(np.full(raw.num_rows, epoch_micros(ingest_time), dtype=np.int64)).cast(pa.timestamp("us", "UTC"))
+    return pa.table({
+        "key": raw.column("key"), "value": raw.column("value"), "topic": raw.column("topic"),
+        "partition": raw.column("partition"), "offset": raw.column("offset"),
+        "kafka_timestamp": raw.column("kafka_timestamp"), "ingest_time": ingest,
+        "ingest_date": pc.cast(pc.cast(ingest, pa.timestamp("us")), pa.date32()),
+    })
 
 
 def quarantine_rows(rejects: DataFrame, stage: str) -> DataFrame:

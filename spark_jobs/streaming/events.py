@@ -87,6 +87,7 @@ from spark_jobs.settings import Settings
 from spark_jobs.silver.events import PROPERTY_COLUMNS
 from spark_jobs.silver.events_arrow import ParallelCheck
 from spark_jobs.streaming.common import (
+    bronze_rows,
     bronze_schema,
     create_table,
     quarantine_schema,
@@ -532,12 +533,7 @@ def archive_tables(checked: pa.Table, batch_id: int, ingest_time: datetime, wate
     micros = pa.timestamp("us", tz="UTC")
     n = checked.num_rows
     ingest = pa.array(np.full(n, epoch_micros(ingest_time), dtype=np.int64)).cast(micros)
-    bronze = pa.table({
-        "key": checked.column("key"), "value": checked.column("value"), "topic": checked.column("topic"),
-        "partition": checked.column("partition"), "offset": checked.column("offset"),
-        "kafka_timestamp": checked.column("kafka_timestamp"), "ingest_time": ingest,
-        "ingest_date": pc.cast(pc.cast(ingest, pa.timestamp("us")), pa.date32()),
-    })
+    bronze = bronze_rows(checked, ingest_time)
     ok = pc.is_null(checked.column("_reason"))
     valid = checked.filter(ok)
     if duplicates:

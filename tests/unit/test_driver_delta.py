@@ -47,9 +47,14 @@ def test_rows_are_cast_to_the_table_schema_and_a_bad_row_is_refused(tmp_path: Pa
 def test_tables_with_features_the_driver_writer_does_not_promise_are_refused() -> None:
     check_writable("hot.x", SimpleNamespace(min_reader_version=1, min_writer_version=2,
                                             writer_features=None, reader_features=None))
-    # Change data feed (writer 4): delta-rs writes the feed's files itself.
+    # Change data feed (writer 4, or 7 as Delta 4 creates it): delta-rs writes the feed's files itself.
     check_writable("silver.x", SimpleNamespace(min_reader_version=1, min_writer_version=4,
                                                writer_features=None, reader_features=None))
+    check_writable("silver.x", SimpleNamespace(min_reader_version=1, min_writer_version=7, reader_features=None,
+                                               writer_features=["appendOnly", "changeDataFeed", "invariants"]))
+    with pytest.raises(DriverDeltaError, match="rowTracking"):
+        check_writable("silver.x", SimpleNamespace(min_reader_version=1, min_writer_version=7, reader_features=None,
+                                                   writer_features=["changeDataFeed", "rowTracking"]))
     with pytest.raises(DriverDeltaError, match=r"deletionVectors.*'Upgrading'"):
         check_writable("hot.x", SimpleNamespace(min_reader_version=3, min_writer_version=7,
                                                 writer_features=["deletionVectors"],
