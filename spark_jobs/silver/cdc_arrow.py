@@ -3,13 +3,12 @@
 The streaming app's CDC hot path (``spark_jobs.streaming.cdc``). It keeps the
 rules of :mod:`spark_jobs.silver.cdc` (read its module docstring: the source
 position, snapshot rank, TOAST placeholder, added columns) and its MERGE
-fragments (:func:`~spark_jobs.silver.cdc.merge_plan`), but runs them without a
-Spark job:
+fragments (:func:`~spark_jobs.silver.cdc.merge_plan`) without a Spark job:
 
 * :func:`parse_records`: one pass of Python over the batch's raw records
   (``json.loads`` of each Debezium envelope) gives, per record, a
   :class:`Change` (typed row image, op, position) or a :class:`Reject` with the
-  same reason text as the Spark parse. Types come from the silver table's
+  reason. Types come from the silver table's
   Arrow schema, so a widened table types its new columns on the next parse.
 * :func:`newest_changes`: per key, the TOAST placeholder is filled from an
   earlier change of the same batch, the newest change by position is kept, and
@@ -22,7 +21,9 @@ Spark job:
 
 Why: on two cores a Spark MERGE of one table cost 2-37 s per batch (job
 scheduling, a join and a rewrite per batch, four tables at once), and the
-Spark parse of the JSON envelopes another 13 s per 32,000 records. The delta-rs
+Spark parse of the JSON envelopes (``from_json``, which this module replaced;
+a parity test compared both on one corpus before the switch) another 13 s per
+32,000 records. The delta-rs
 MERGE of a 60,000-row table with 2,000 changes takes ~0.1 s on local disk.
 The price: delta-rs cannot read deletion vectors, so the silver tables are
 copy-on-write (each MERGE rewrites the files it touches; maintenance compacts
@@ -104,9 +105,14 @@ def _json_text(v: Any) -> str:
 def _converter(field: pa.Field) -> tuple[Callable[[Any], Any], bool]:
     """(wire JSON value -> Arrow-ready Python value, fallible) for a silver column.
 
-    Raises ``_Mismatch`` for a JSON type the Spark parse's wire schema would not
-    read (the row image does not fit), ``_BadValue`` for a text that does not
-    convert. Wire formats as in :func:`spark_jobs.silver.cdc._wire_type`.
+    Raises ``_Mismatch`` for a JSON type the column cannot take (the row image
+    does not fit the table), ``_BadValue`` for a text that does not convert.
+    Wire formats of the connector's settings (``connectors/``):
+    ``decimal.handling.mode=string`` (NUMERIC as its exact text),
+    ``time.precision.mode=adaptive`` (date = days since the epoch, timestamptz =
+    ISO-8601 text), ``binary.handling.mode=base64``; JSON/JSONB as JSON text.
+    A string column takes any JSON value (non-strings as their JSON text), as
+    Spark's ``from_json`` does.
     """
     dt = field.type
     if pa.types.is_string(dt) or pa.types.is_large_string(dt):
@@ -184,7 +190,7 @@ class Change:
     partition: int
     offset: int
     source_ts: int | None  # epoch micros of the PostgreSQL commit (latency only)
-    extra: str | None  # payload columns the table lacks, as in the Spark parse's ``_extra``
+    extra: str | None  # payload columns the table lacks (``_extra``, see spark_jobs.silver.cdc)
 
 
 @dataclass
@@ -253,9 +259,14 @@ def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed
     """Parse one table's raw Kafka records (columns key, value, topic, partition, offset, kafka_timestamp).
 
     ``rows`` is the row image schema (:func:`row_schema` of the silver table),
-    ``keys`` its primary key. Same verdicts and reasons as the Spark
-    :func:`spark_jobs.silver.cdc.parse_records`: tombstones (null value) are
-    skipped and counted; records = changes + rejects + tombstones.
+    ``keys`` its primary key. Tombstones (null value, sent after each delete
+    for log compaction) are skipped and counted: records = changes + rejects +
+    tombstones. A primary-key update arrives as a delete of the old key and a
+    create of the new one: two ordinary changes. Rejected: records that are not
+    JSON objects, lack a payload or op, have an op that is not a row change
+    (unknown, or truncate), lack a row image or a key column (the Kafka key
+    stands in for a key missing from the image), do not fit the table's
+    types, or carry no source position.
     """
     if not keys:
         raise ValueError("key_columns is empty: CDC apply needs the table's primary key columns")
@@ -408,9 +419,10 @@ def newest_changes(changes: Iterable[Change], rows: pa.Schema, keys: Sequence[st
     """The MERGE source: per key, the newest change (by position, then partition and offset).
 
     A TOAST placeholder in the newest change takes the last real value (NULL
-    counts) an earlier change of the same key in this batch carried (as
-    :func:`spark_jobs.silver.cdc.fill_toast_within_batch`); a newest change not
-    newer than the key's delete marker is dropped (``drop_superseded_by_delete``).
+    counts) an earlier change of the same key in this batch carried, so an
+    insert then an untouched-column update in one batch keeps the text; with no
+    earlier value the placeholder stays and the MERGE keeps the stored value.
+    A newest change not newer than the key's delete marker is dropped.
     """
     names = rows.names
     key_index = [names.index(k) for k in keys]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -72,21 +71,6 @@ def quarantine_schema() -> StructType:
     ])
 
 
-def bronze_columns(batch: DataFrame, ingest_time: Column | None = None) -> DataFrame:
-    """Kafka source rows -> bronze rows: key, value, topic, partition, offset, kafka_timestamp, ingest_time, ingest_date.
-
-    ``ingest_time`` defaults to the query's current timestamp; pass a literal
-    to make a re-computation (a replay from Kafka) give the same rows.
-    """
-    from pyspark.sql import functions as F
-
-    return batch.select(
-        "key", "value", "topic", "partition", "offset",
-        F.col("timestamp").alias("kafka_timestamp"),
-        (F.current_timestamp() if ingest_time is None else ingest_time).alias("ingest_time"),
-    ).withColumn("ingest_date", F.to_date("ingest_time"))
-
-
 def bronze_rows(raw: pa.Table, ingest_time: datetime) -> pa.Table:
     """Raw Kafka rows (Arrow: key, value, topic, partition, offset, kafka_timestamp) -> bronze rows for delta-rs."""
     import numpy as np
@@ -102,18 +86,6 @@ def bronze_rows(raw: pa.Table, ingest_time: datetime) -> pa.Table:
         "kafka_timestamp": raw.column("kafka_timestamp"), "ingest_time": ingest,
         "ingest_date": pc.cast(pc.cast(ingest, pa.timestamp("us")), pa.date32()),
     })
-
-
-def quarantine_rows(rejects: DataFrame, stage: str) -> DataFrame:
-    """Rejects (raw_key, raw_value, coordinates, [reason], error) -> ``quarantine.<stage>`` rows."""
-    from pyspark.sql import functions as F
-
-    reason = F.col("reason") if "reason" in rejects.columns else F.lit("unparseable")
-    return rejects.select(
-        F.lit(stage).alias("stage"), "topic", "partition", "offset", "kafka_timestamp",
-        F.col("raw_key").alias("key"), F.col("raw_value").alias("value"), reason.alias("reason"), "error",
-        F.current_timestamp().alias("quarantined_at"),
-    )
 
 
 def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
@@ -139,21 +111,6 @@ def once_writer(frame: DataFrame, table: str, app_id: str, batch_id: int) -> Dat
     writes each table once. Any mode (append, overwrite) works.
     """
     return frame.write.format("delta").option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id)
-
-
-def append_once(frame: DataFrame, table: str, app_id: str, batch_id: int, *, partition: str | None = None,
-                merge_schema: bool = False) -> None:
-    """Append ``frame`` to ``table`` exactly once per (``app_id``, ``batch_id``).
-
-    See :func:`once_writer`. ``partition`` names the partition column of a
-    partitioned table; ``merge_schema`` lets the append add columns.
-    """
-    writer = once_writer(frame, table, app_id, batch_id).mode("append")
-    if merge_schema:
-        writer = writer.option("mergeSchema", "true")
-    if partition:
-        writer = writer.partitionBy(partition)
-    writer.saveAsTable(table)
 
 
 def query_id(spark: SparkSession, name: str) -> str:
@@ -193,16 +150,6 @@ def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscr
             .option("checkpointLocation", checkpoint_location(settings, name))
             .trigger(processingTime=f"{trigger_seconds} seconds")
             .start())
-
-
-def release(frame: DataFrame) -> None:
-    """Drop a frame's cached blocks: ``unpersist`` for a persisted frame, the RDD's blocks for a local checkpoint."""
-    frame.unpersist()
-    # Best effort: the context cleaner drops the blocks when the RDD is garbage-collected anyway.
-    with contextlib.suppress(Exception):
-        plan = frame._jdf.queryExecution().analyzed()
-        if plan.getClass().getSimpleName() == "LogicalRDD":
-            plan.rdd().unpersist(False)
 
 
 class Maintenance:

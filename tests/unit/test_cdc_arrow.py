@@ -1,14 +1,12 @@
-"""The driver-side CDC apply (spark_jobs.silver.cdc_arrow): one named test per edge case, on a real delta-rs MERGE.
+"""The CDC apply (spark_jobs.silver.cdc_arrow): one named test per edge case, on a real delta-rs MERGE.
 
 Each test applies small inline Debezium batches to a local Delta table through
 ``apply_changes``, the function the streaming app calls per table and batch, and
-reads the table back. The parse is also checked against the Spark parse it
-replaced (``spark_jobs.silver.cdc.parse_changes``), record for record.
+reads the table back. The parse's own cases are in test_cdc_parse.py.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -18,31 +16,15 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.driver_delta import DriverTable
-from spark_jobs.hot.events import from_epoch_micros
-from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, parse_changes
-from spark_jobs.silver.cdc_arrow import DeleteIndex, apply_changes, parse_records, quarantine_table, row_schema
-from tests.unit.test_cdc_parse import KAFKA_TS, KEYS, ORDERS, TOPIC, Record, bronze, change, key_bytes, row, tombstone
+from spark_jobs.silver.cdc import UNAVAILABLE_VALUE
+from spark_jobs.silver.cdc_arrow import DeleteIndex, apply_changes, parse_records, row_schema
+from tests.unit.test_cdc_parse import KEYS, ROWS, UTC_US, Record, change, raw, row, tombstone
 
-UTC_US = pa.timestamp("us", tz="UTC")
-ROWS = pa.schema([("id", pa.int32()), ("status", pa.string()), ("amount", pa.decimal128(10, 2)),
-                  ("placed_at", UTC_US), ("notes", pa.string()), ("attrs", pa.string())])
 SILVER = pa.schema([*ROWS, ("_op", pa.string()), ("_snapshot_rank", pa.int32()), ("_commit_lsn", pa.int64()),
                     ("_change_lsn", pa.int64()), ("_source_ts", UTC_US), ("_extra", pa.string())])
 MARKERS = pa.schema([("id", pa.int32()), ("_snapshot_rank", pa.int32()), ("_commit_lsn", pa.int64()),
                      ("_change_lsn", pa.int64())])
 SHOWN = ["id", "status", "notes", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
-
-
-def raw(records: list[Record], first_offset: int = 0) -> pa.Table:
-    """Raw Kafka rows as the streaming app collects them: partition 0, consecutive offsets."""
-    return pa.table({
-        "key": pa.array([k for k, _ in records], pa.binary()),
-        "value": pa.array([v for _, v in records], pa.binary()),
-        "topic": pa.array([TOPIC] * len(records), pa.string()),
-        "partition": pa.array([0] * len(records), pa.int32()),
-        "offset": pa.array(range(first_offset, first_offset + len(records)), pa.int64()),
-        "kafka_timestamp": pa.array([KAFKA_TS] * len(records), UTC_US),
-    })
 
 
 class Lake:
@@ -184,12 +166,6 @@ def test_primary_key_change_moves_the_row(lake: Lake) -> None:
     assert lake.rows() == [(2, "new", "n", "c", 1, 400, 410)]
 
 
-def test_tombstone_is_skipped_not_rejected() -> None:
-    parsed = parse_records(raw([change("d", {"id": 7}, before={"id": 7}, commit=300, lsn=310), tombstone({"id": 7})]),
-                           ROWS, KEYS)
-    assert (len(parsed.changes), parsed.rejects, parsed.tombstones) == (1, [], 1)
-
-
 def test_snapshot_read_loses_to_streamed_change(lake: Lake, tmp_path: Path) -> None:
     # The snapshot's LSN (500) is higher than the streamed update's, yet the streamed change wins.
     streamed = change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210)
@@ -274,92 +250,3 @@ def test_typed_values_and_source_time(lake: Lake) -> None:
     assert got["notes"] == "äöü 東京 €"
     assert got["attrs"] == '{"gift": true}'
     assert got["_source_ts"] == datetime(2024, 3, 1, 10, 46, 40, tzinfo=UTC)
-
-
-def _reject_corpus() -> tuple[list[Record], list[str]]:
-    no_payload = json.dumps({"schema": {}, "before": None}).encode()
-    good_key, good_value = change("u", {"id": 1}, after=row(1), commit=200, lsn=210)
-    assert good_value is not None
-    no_op = json.loads(good_value)
-    del no_op["payload"]["op"]
-    no_position = json.loads(good_value)
-    del no_position["payload"]["source"]["lsn"], no_position["payload"]["source"]["sequence"]
-    records: list[Record] = [
-        (key_bytes({"id": 1}), b'{"schema": {}, "payload": {"op": "c", '),
-        (key_bytes({"id": 1}), no_payload),
-        (good_key, json.dumps(no_op).encode()),
-        change("x", {"id": 1}, after=row(1)),
-        change("t", {"id": 1}),
-        change("u", {"id": 1}, after=None),
-        (None, change("c", {"id": 1}, after={**row(1), "id": None})[1]),
-        change("c", {"id": 1}, after=row(1, amount="12,50")),
-        change("c", {"id": 1}, after=row(1, amount=UNAVAILABLE_VALUE, placed_at="yesterday")),
-        change("c", {"id": 1}, after={**row(1), "id": "one"}),
-        (good_key, json.dumps(no_position).encode()),
-        (good_key, b"\xff\xfe not utf-8"),
-        (good_key, good_value),
-    ]
-    reasons = [
-        "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)",
-        "envelope has no 'payload': expected Debezium JsonConverter output with schemas.enable=true",
-        "payload has no 'op'",
-        "unknown op 'x' (expected one of c, u, d, r)",
-        "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot",
-        "op 'u' has no 'after' row image",
-        "missing key column(s) id in the row image and the Kafka key",
-        "column 'amount': cannot convert '12,50' to decimal(10,2)",
-        f"column 'amount': cannot convert '{UNAVAILABLE_VALUE}' to decimal(10,2); "
-        "column 'placed_at': cannot convert 'yesterday' to timestamp",
-        "row image does not match the table schema (id int, status string, amount decimal(10,2), "
-        "placed_at timestamp, notes string, attrs string)",
-        "source has neither 'sequence' nor 'lsn': the change cannot be ordered",
-        "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)",
-    ]
-    return records, reasons
-
-
-def test_rejects_carry_raw_record_coordinates_and_reason() -> None:
-    records, reasons = _reject_corpus()
-    parsed = parse_records(raw(records), ROWS, KEYS)
-    assert [(r.offset, r.error) for r in parsed.rejects] == list(enumerate(reasons))
-    assert [(r.key, r.value, r.topic, r.partition) for r in parsed.rejects] == [(k, v, TOPIC, 0)
-                                                                               for k, v in records[:-1]]
-    assert [c.offset for c in parsed.changes] == [len(records) - 1]
-    rows = quarantine_table(parsed.rejects, datetime(2024, 3, 2, tzinfo=UTC)).to_pylist()
-    assert rows[0]["stage"] == "cdc" and rows[0]["offset"] == 0 and rows[0]["value"] == records[0][1]
-    assert rows[0]["kafka_timestamp"] == KAFKA_TS and rows[0]["error"] == reasons[0]
-
-
-def test_missing_key_falls_back_to_kafka_key() -> None:
-    parsed = parse_records(raw([change("c", {"id": 5}, after={**row(5), "id": None})]), ROWS, KEYS)
-    assert [(c.values[0], c.values[1]) for c in parsed.changes] == [(5, "new")]
-
-
-def test_parse_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="key_columns is empty"):
-        parse_records(raw([]), ROWS, [])
-    with pytest.raises(ValueError, match=r"key column\(s\) \['order_id'\] are not in the table schema"):
-        parse_records(raw([]), ROWS, ["order_id"])
-    with pytest.raises(ValueError, match=r"column .at.: silver type timestamp.*not supported"):
-        parse_records(raw([]), pa.schema([("id", pa.int32()), ("at", pa.timestamp("us"))]), KEYS)
-
-
-def test_driver_parse_equals_the_spark_parse(spark: Any) -> None:
-    """Same changes (values, op, position, extra) and the same rejects as ``parse_changes`` on one corpus."""
-    rejects, _ = _reject_corpus()
-    corpus = [*rejects,
-              change("c", {"id": 2}, after=row(2, amount="1234.5", notes="äöü 東京 €"), commit=90, lsn=120),
-              change("d", {"id": 3}, before={"id": 3}, commit=300, lsn=310), tombstone({"id": 3}),
-              change("r", {"id": 4}, after=row(4), commit=None, lsn=500, snapshot="last"),
-              change("u", {"id": 5}, after=row(5, attrs={"nested": [1, "x"]}, notes=UNAVAILABLE_VALUE,
-                                                coupon="X", n=7)),
-              change("u", {"id": 6}, after={**row(6), "amount": 12.5, "placed_at": "2024-03-01T10:15:30+02:00"})]
-    spark_changes, spark_rejects = parse_changes(bronze(spark, corpus), ORDERS, KEYS)
-    parsed = parse_records(raw(corpus), ROWS, KEYS)
-    cols = [*ROWS.names, "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn", "_source_ts", "_extra", "_offset"]
-    want = sorted((tuple(r[c] for c in cols) for r in spark_changes.collect()), key=lambda r: r[-1])
-    got = [(*c.values[:3], None if c.values[3] is None else from_epoch_micros(c.values[3]), *c.values[4:], c.op,
-            *c.pos, None if c.source_ts is None else from_epoch_micros(c.source_ts), c.extra, c.offset)
-           for c in parsed.changes]
-    assert got == [tuple(v.astimezone(UTC) if isinstance(v, datetime) else v for v in r) for r in want]
-    assert [(r.offset, r.error) for r in parsed.rejects] == sorted((r.offset, r.error) for r in spark_rejects.collect())

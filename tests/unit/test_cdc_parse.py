@@ -1,4 +1,4 @@
-"""parse_changes: Debezium envelopes in bronze -> typed changes + rejects (one named test per edge case)."""
+"""parse_records (driver side): raw Debezium records -> typed changes + rejects (one named test per edge case)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,13 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from pyspark.sql.types import (
-    BinaryType,
-    DateType,
-    DecimalType,
-    IntegerType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
-from pyspark.testing import assertDataFrameEqual
+from pyspark.sql.types import DecimalType, IntegerType, StringType, StructField, StructType, TimestampType
 
-from spark_jobs.silver.cdc import (
-    REJECT_SCHEMA,
-    UNAVAILABLE_VALUE,
-    added_columns,
-    extra_column_names,
-    parse_changes,
-)
+from spark_jobs.hot.events import from_epoch_micros
+from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, added_columns
+from spark_jobs.silver.cdc_arrow import Change, Parsed, parse_records, quarantine_table
 
 TOPIC = "shop.public.orders"
 KEYS = ["id"]
@@ -40,11 +27,11 @@ ORDERS = StructType(
         StructField("attrs", StringType()),  # JSONB, arrives as JSON text
     ]
 )
-BRONZE_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, kafka_timestamp timestamp, ingest_time timestamp"
-)
+UTC_US = pa.timestamp("us", tz="UTC")
+#: The same row image as Arrow: the silver table's schema minus metadata, as the app hands it to the parse.
+ROWS = pa.schema([("id", pa.int32()), ("status", pa.string()), ("amount", pa.decimal128(10, 2)),
+                  ("placed_at", UTC_US), ("notes", pa.string()), ("attrs", pa.string())])
 KAFKA_TS = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
-POS = "_op string, _commit_lsn long, _change_lsn long, _snapshot boolean"
 
 Record = tuple[bytes | None, bytes | None]
 
@@ -77,118 +64,123 @@ def tombstone(key: dict[str, Any]) -> Record:
     return key_bytes(key), None
 
 
-def bronze(spark: Any, records: list[Record], first_offset: int = 0) -> Any:
-    """Bronze rows for ``records``: partition 0, consecutive offsets."""
-    rows = [(k, v, TOPIC, 0, first_offset + i, KAFKA_TS, KAFKA_TS) for i, (k, v) in enumerate(records)]
-    return spark.createDataFrame(rows, BRONZE_DDL)
+def raw(records: list[Record], first_offset: int = 0) -> pa.Table:
+    """Raw Kafka rows as the streaming app collects them: partition 0, consecutive offsets."""
+    return pa.table({
+        "key": pa.array([k for k, _ in records], pa.binary()),
+        "value": pa.array([v for _, v in records], pa.binary()),
+        "topic": pa.array([TOPIC] * len(records), pa.string()),
+        "partition": pa.array([0] * len(records), pa.int32()),
+        "offset": pa.array(range(first_offset, first_offset + len(records)), pa.int64()),
+        "kafka_timestamp": pa.array([KAFKA_TS] * len(records), UTC_US),
+    })
 
 
-def test_parse_create_types_every_column_and_position(spark: Any) -> None:
-    src = bronze(spark, [change("c", {"id": 1}, after=row(1, amount="1234.50"), commit=90, lsn=120)])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    want = spark.createDataFrame(
-        [(1, "new", Decimal("1234.50"), datetime(2024, 3, 1, 10, 15, 30, 123456, tzinfo=UTC), "n", '{"gift": true}',
-          "c", 90, 120, False, 1, (1, 90, 120), datetime(2024, 3, 1, 10, 46, 40, tzinfo=UTC), None, TOPIC, 0, 0)],
-        "id int, status string, amount decimal(10,2), placed_at timestamp, notes string, attrs string, "
-        f"{POS}, _snapshot_rank int, _pos struct<_snapshot_rank:int,_commit_lsn:long,_change_lsn:long>, "
-        "_source_ts timestamp, _extra string, _topic string, _partition int, _offset long",
-    )
-    assertDataFrameEqual(changes, want)
-    assert rejects.count() == 0
+def parse(records: list[Record], rows: pa.Schema = ROWS) -> Parsed:
+    return parse_records(raw(records), rows, KEYS)
 
 
-def test_parse_date_and_binary_wire_formats(spark: Any) -> None:
+def shown(changes: list[Change], *columns: str) -> list[tuple[Any, ...]]:
+    """Selected row-image columns (by name) and metadata (``op``, ``pos``, ``offset``, ``extra``) per change."""
+    out = []
+    for c in changes:
+        values = dict(zip(ROWS.names, c.values, strict=False))
+        out.append(tuple(getattr(c, name) if name in ("op", "pos", "offset", "extra") else values[name]
+                         for name in columns))
+    return out
+
+
+def test_parse_create_types_every_column_and_position() -> None:
+    parsed = parse([change("c", {"id": 1}, after=row(1, amount="1234.50"), commit=90, lsn=120)])
+    assert parsed.rejects == [] and len(parsed.changes) == 1
+    c = parsed.changes[0]
+    assert c.values[:3] == [1, "new", Decimal("1234.50")]
+    assert from_epoch_micros(c.values[3]) == datetime(2024, 3, 1, 10, 15, 30, 123456, tzinfo=UTC)
+    assert c.values[4:] == ["n", '{"gift": true}']
+    assert (c.op, c.pos, c.partition, c.offset, c.extra) == ("c", (1, 90, 120), 0, 0, None)
+    assert from_epoch_micros(c.source_ts or 0) == datetime(2024, 3, 1, 10, 46, 40, tzinfo=UTC)
+
+
+def test_parse_date_and_binary_wire_formats() -> None:
     # io.debezium.time.Date is days since the epoch; bytea is base64 (binary.handling.mode=base64).
-    schema = StructType([StructField("id", IntegerType()), StructField("born", DateType()),
-                         StructField("blob", BinaryType())])
-    src = bronze(spark, [change("c", {"id": 1}, after={"id": 1, "born": 19783, "blob": "aGk="})])
-    changes, _ = parse_changes(src, schema, KEYS)
-    assertDataFrameEqual(changes.select("id", "born", "blob"),
-                         spark.createDataFrame([(1, date(2024, 3, 1), bytearray(b"hi"))], "id int, born date, blob binary"))
+    rows = pa.schema([("id", pa.int32()), ("born", pa.date32()), ("blob", pa.binary())])
+    parsed = parse([change("c", {"id": 1}, after={"id": 1, "born": 19783, "blob": "aGk="})], rows)
+    assert parsed.changes[0].values == [1, 19783, b"hi"]
+    assert pa.array([19783], pa.int32()).cast(pa.date32()).to_pylist() == [date(2024, 3, 1)]
 
 
-def test_parse_delete_takes_row_image_from_before_and_key(spark: Any) -> None:
+def test_parse_delete_takes_row_image_from_before_and_key() -> None:
     # REPLICA IDENTITY DEFAULT: 'before' holds only the key, the rest null.
-    src = bronze(spark, [change("d", {"id": 7}, before={"id": 7, "status": None, "amount": None, "placed_at": None,
-                                                        "notes": None, "attrs": None}, commit=300, lsn=310),
-                         change("d", {"id": 8}, before=None, commit=300, lsn=320)])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "status", "_op", "_commit_lsn", "_change_lsn", "_snapshot"),
-                         spark.createDataFrame([(7, None, "d", 300, 310, False), (8, None, "d", 300, 320, False)],
-                                               f"id int, status string, {POS}"))
-    assert rejects.count() == 0
+    parsed = parse([change("d", {"id": 7}, before={"id": 7, "status": None, "amount": None, "placed_at": None,
+                                                   "notes": None, "attrs": None}, commit=300, lsn=310),
+                    change("d", {"id": 8}, before=None, commit=300, lsn=320)])
+    assert parsed.rejects == []
+    assert shown(parsed.changes, "id", "status", "op", "pos") == [(7, None, "d", (1, 300, 310)),
+                                                                  (8, None, "d", (1, 300, 320))]
 
 
-def test_tombstone_skipped_not_rejected(spark: Any) -> None:
-    src = bronze(spark, [change("d", {"id": 7}, before={"id": 7}, commit=300, lsn=310), tombstone({"id": 7})])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "_op", "_offset"), spark.createDataFrame([(7, "d", 0)],
-                                                                                        "id int, _op string, _offset long"))
-    assert rejects.count() == 0
+def test_tombstone_skipped_not_rejected() -> None:
+    parsed = parse([change("d", {"id": 7}, before={"id": 7}, commit=300, lsn=310), tombstone({"id": 7})])
+    assert shown(parsed.changes, "id", "op", "offset") == [(7, "d", 0)]
+    assert (parsed.rejects, parsed.tombstones) == ([], 1)
 
 
-def test_primary_key_change_is_a_delete_and_a_create(spark: Any) -> None:
+def test_primary_key_change_is_a_delete_and_a_create() -> None:
     # UPDATE orders SET id = 2 WHERE id = 1: Debezium sends delete(1), tombstone(1), create(2), same WAL record.
-    src = bronze(spark, [change("d", {"id": 1}, before={"id": 1}, commit=400, lsn=410),
-                         tombstone({"id": 1}),
-                         change("c", {"id": 2}, after=row(2, "paid"), commit=400, lsn=410)])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "status", "_op", "_commit_lsn", "_change_lsn", "_snapshot"),
-                         spark.createDataFrame([(1, None, "d", 400, 410, False), (2, "paid", "c", 400, 410, False)],
-                                               f"id int, status string, {POS}"))
-    assert rejects.count() == 0
+    parsed = parse([change("d", {"id": 1}, before={"id": 1}, commit=400, lsn=410), tombstone({"id": 1}),
+                    change("c", {"id": 2}, after=row(2, "paid"), commit=400, lsn=410)])
+    assert shown(parsed.changes, "id", "status", "op", "pos") == [(1, None, "d", (1, 400, 410)),
+                                                                  (2, "paid", "c", (1, 400, 410))]
+    assert parsed.rejects == []
 
 
-def test_snapshot_read_is_flagged_and_ranked_below_stream(spark: Any) -> None:
-    src = bronze(spark, [change("r", {"id": 1}, after=row(1), commit=None, lsn=500, snapshot="true"),
-                         change("r", {"id": 2}, after=row(2), commit=None, lsn=500, snapshot="last"),
-                         change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210)])
-    changes, _ = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "_op", "_commit_lsn", "_change_lsn", "_snapshot", "_snapshot_rank"),
-                         spark.createDataFrame([(1, "r", 500, 500, True, 0), (2, "r", 500, 500, True, 0),
-                                                (1, "u", 200, 210, False, 1)], f"id int, {POS}, _snapshot_rank int"))
+def test_snapshot_read_is_flagged_and_ranked_below_stream() -> None:
+    parsed = parse([change("r", {"id": 1}, after=row(1), commit=None, lsn=500, snapshot="true"),
+                    change("r", {"id": 2}, after=row(2), commit=None, lsn=500, snapshot="last"),
+                    change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210),
+                    change("c", {"id": 3}, after=row(3), commit=None, lsn=520, snapshot="incremental")])
+    assert shown(parsed.changes, "id", "op", "pos") == [(1, "r", (0, 500, 500)), (2, "r", (0, 500, 500)),
+                                                        (1, "u", (1, 200, 210)), (3, "c", (0, 520, 520))]
 
 
-def test_position_falls_back_to_source_lsn_without_sequence(spark: Any) -> None:
+def test_position_falls_back_to_source_lsn_without_sequence() -> None:
     key, value = change("u", {"id": 1}, after=row(1), commit=100, lsn=130)
     assert value is not None
     envelope = json.loads(value)
     del envelope["payload"]["source"]["sequence"]
-    src = bronze(spark, [(key, json.dumps(envelope).encode())])
-    changes, _ = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("_commit_lsn", "_change_lsn"),
-                         spark.createDataFrame([(130, 130)], "_commit_lsn long, _change_lsn long"))
+    garbled = json.loads(value)
+    garbled["payload"]["source"]["sequence"] = "not a list"
+    parsed = parse([(key, json.dumps(envelope).encode()), (key, json.dumps(garbled).encode())])
+    assert [c.pos for c in parsed.changes] == [(1, 130, 130), (1, 130, 130)]
 
 
-def test_toast_placeholder_passes_through_parse(spark: Any) -> None:
-    src = bronze(spark, [change("u", {"id": 1}, after=row(1, "paid", notes=UNAVAILABLE_VALUE), commit=200, lsn=210)])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "status", "notes"),
-                         spark.createDataFrame([(1, "paid", UNAVAILABLE_VALUE)], "id int, status string, notes string"))
-    assert rejects.count() == 0
+def test_toast_placeholder_passes_through_parse() -> None:
+    parsed = parse([change("u", {"id": 1}, after=row(1, "paid", notes=UNAVAILABLE_VALUE), commit=200, lsn=210)])
+    assert shown(parsed.changes, "id", "status", "notes") == [(1, "paid", UNAVAILABLE_VALUE)]
+    assert parsed.rejects == []
 
 
-def test_added_column_lands_in_extra_and_is_reported(spark: Any) -> None:
+def test_added_column_lands_in_extra_and_is_reported() -> None:
     # ALTER TABLE orders ADD COLUMN coupon text, discount numeric: the payload grows before the contract does.
-    src = bronze(spark, [change("c", {"id": 1}, after=row(1)),
-                         change("u", {"id": 1}, after=row(1, coupon="SPRING", discount="2.50"), commit=200, lsn=210)])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "_op", "_extra"), spark.createDataFrame(
-        [(1, "c", None), (1, "u", '{"coupon":"SPRING","discount":"2.50"}')], "id int, _op string, _extra string"))
-    assert rejects.count() == 0
-    assertDataFrameEqual(extra_column_names(changes),
-                         spark.createDataFrame([("coupon",), ("discount",)], "column string"))
+    records = [change("c", {"id": 1}, after=row(1)),
+               change("u", {"id": 1}, after=row(1, coupon="SPRING", discount="2.50", meta={"a": [1]}), commit=200,
+                      lsn=210)]
+    parsed = parse(records)
+    assert shown(parsed.changes, "id", "op", "extra") == [
+        (1, "c", None), (1, "u", '{"coupon":"SPRING","discount":"2.50","meta":"{\\"a\\":[1]}"}')]
+    assert parsed.rejects == []
+    assert parsed.extra_columns == ["coupon", "discount", "meta"]
     assert added_columns(ORDERS, ["id", "Status", "coupon", "discount", "coupon"]) == ["coupon", "discount"]
+    assert added_columns(ROWS.names, ["id", "coupon"]) == ["coupon"]
 
-    # Once the contract is widened, re-parsing the same bronze rows types the new columns; nothing was lost.
-    wider = StructType([*ORDERS.fields, StructField("coupon", StringType()), StructField("discount", DecimalType(6, 2))])
-    changes2, _ = parse_changes(src, wider, KEYS)
-    assertDataFrameEqual(changes2.select("id", "_op", "coupon", "discount", "_extra"), spark.createDataFrame(
-        [(1, "c", None, None, None), (1, "u", "SPRING", Decimal("2.50"), None)],
-        "id int, _op string, coupon string, discount decimal(6,2), _extra string"))
+    # Once the table is widened, re-parsing the same raw records types the new columns; nothing was lost.
+    wider = pa.schema([*ROWS, ("coupon", pa.string()), ("discount", pa.decimal128(6, 2))])
+    again = parse_records(raw(records), wider, KEYS)
+    assert [(c.values[0], c.values[6], c.values[7], c.extra) for c in again.changes] == [
+        (1, None, None, None), (1, "SPRING", Decimal("2.50"), '{"meta":"{\\"a\\":[1]}"}')]
 
 
-def test_rejects_carry_raw_record_coordinates_and_reason(spark: Any) -> None:
+def test_rejects_carry_raw_record_coordinates_and_reason() -> None:
     no_payload = json.dumps({"schema": {}, "before": None}).encode()
     good_key, good_value = change("u", {"id": 1}, after=row(1), commit=200, lsn=210)
     assert good_value is not None
@@ -208,14 +200,14 @@ def test_rejects_carry_raw_record_coordinates_and_reason(spark: Any) -> None:
         change("c", {"id": 1}, after=row(1, amount=UNAVAILABLE_VALUE, placed_at="yesterday")),
         change("c", {"id": 1}, after={**row(1), "id": "one"}),
         (good_key, json.dumps(no_position).encode()),
+        (good_key, b"\xff\xfe not utf-8"),
+        (good_key, b"[1, 2]"),
+        change("c", {"id": 1}, after=row(1, amount="123456789.00")),
         (good_key, good_value),
     ]
-    src = bronze(spark, records)
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    schema_text = ("row image does not match the table schema (id int, status string, amount decimal(10,2), "
-                   "placed_at timestamp, notes string, attrs string)")
+    not_json = "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)"
     reasons = [
-        "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)",
+        not_json,
         "envelope has no 'payload': expected Debezium JsonConverter output with schemas.enable=true",
         "payload has no 'op'",
         "unknown op 'x' (expected one of c, u, d, r)",
@@ -225,28 +217,35 @@ def test_rejects_carry_raw_record_coordinates_and_reason(spark: Any) -> None:
         "column 'amount': cannot convert '12,50' to decimal(10,2)",
         f"column 'amount': cannot convert '{UNAVAILABLE_VALUE}' to decimal(10,2); "
         "column 'placed_at': cannot convert 'yesterday' to timestamp",
-        schema_text,
+        "row image does not match the table schema (id int, status string, amount decimal(10,2), "
+        "placed_at timestamp, notes string, attrs string)",
         "source has neither 'sequence' nor 'lsn': the change cannot be ordered",
+        not_json,
+        not_json,
+        "column 'amount': cannot convert '123456789.00' to decimal(10,2)",
     ]
-    want = spark.createDataFrame(
-        [(k, v, TOPIC, 0, i, reasons[i], KAFKA_TS) for i, (k, v) in enumerate(records[:-1])], REJECT_SCHEMA
-    )
-    assertDataFrameEqual(rejects, want)
-    assertDataFrameEqual(changes.select("id", "_offset"), spark.createDataFrame([(1, 11)], "id int, _offset long"))
+    parsed = parse(records)
+    assert [(r.offset, r.error) for r in parsed.rejects] == list(enumerate(reasons))
+    assert [(r.key, r.value, r.topic, r.partition, r.kafka_timestamp) for r in parsed.rejects] == [
+        (k, v, TOPIC, 0, KAFKA_TS) for k, v in records[:-1]]
+    assert [c.offset for c in parsed.changes] == [len(records) - 1]
     # Counts reconcile: in = changes + rejects + tombstones.
-    assert changes.count() + rejects.count() == src.count()
+    assert len(parsed.changes) + len(parsed.rejects) + parsed.tombstones == len(records)
+    rows = quarantine_table(parsed.rejects, datetime(2024, 3, 2, tzinfo=UTC)).to_pylist()
+    assert [(r["stage"], r["offset"], r["value"], r["kafka_timestamp"], r["error"]) for r in rows] == [
+        ("cdc", i, v, KAFKA_TS, reasons[i]) for i, (_k, v) in enumerate(records[:-1])]
 
 
-def test_missing_key_falls_back_to_kafka_key(spark: Any) -> None:
-    src = bronze(spark, [change("c", {"id": 5}, after={**row(5), "id": None})])
-    changes, rejects = parse_changes(src, ORDERS, KEYS)
-    assertDataFrameEqual(changes.select("id", "status"), spark.createDataFrame([(5, "new")], "id int, status string"))
-    assert rejects.count() == 0
+def test_missing_key_falls_back_to_kafka_key() -> None:
+    parsed = parse([change("c", {"id": 5}, after={**row(5), "id": None})])
+    assert shown(parsed.changes, "id", "status") == [(5, "new")]
+    assert parsed.rejects == []
 
 
-def test_parse_rejects_bad_arguments(spark: Any) -> None:
-    src = bronze(spark, [])
+def test_parse_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="key_columns is empty"):
-        parse_changes(src, ORDERS, [])
+        parse_records(raw([]), ROWS, [])
     with pytest.raises(ValueError, match=r"key column\(s\) \['order_id'\] are not in the table schema"):
-        parse_changes(src, ORDERS, ["order_id"])
+        parse_records(raw([]), ROWS, ["order_id"])
+    with pytest.raises(ValueError, match=r"column 'at': silver type timestamp.*not supported"):
+        parse_records(raw([]), pa.schema([("id", pa.int32()), ("at", pa.timestamp("us"))]), KEYS)
