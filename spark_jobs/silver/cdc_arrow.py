@@ -6,7 +6,7 @@ position, snapshot rank, TOAST placeholder, added columns) and its MERGE
 fragments (:func:`~spark_jobs.silver.cdc.merge_plan`) without a Spark job:
 
 * :func:`parse_records`: one pass of Python over the batch's raw records
-  (``json.loads`` of each Debezium envelope) gives, per record, a
+  (orjson, one ``loads`` of each Debezium envelope) gives, per record, a
   :class:`Change` (typed row image, op, position) or a :class:`Reject` with the
   reason. Types come from the silver table's
   Arrow schema, so a widened table types its new columns on the next parse.
@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pyarrow as pa
 
 from spark_jobs.hot.events import epoch_micros
@@ -239,7 +240,7 @@ def _position(op: str, source: Mapping[str, Any]) -> tuple[Position | None, bool
     items: list[Any] = []
     if isinstance(seq, str):
         try:
-            parsed = json.loads(seq)
+            parsed = _loads(seq)
         except ValueError:
             parsed = None
         if isinstance(parsed, list):
@@ -290,88 +291,95 @@ def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed
         if value is None:
             out.tombstones += 1
             continue
-
-        def reject(error: str, key: bytes | None = key, value: bytes | None = value, topic: str = topic,
-                   partition: int = partition, offset: int = offset, kafka_ts: Any = kafka_ts) -> None:
-            out.rejects.append(Reject(key, value, topic, partition, offset, kafka_ts, error))
-
-        try:
-            doc = json.loads(value)
-        except (ValueError, UnicodeDecodeError):
-            doc = None
-        if not isinstance(doc, dict):
-            reject(NOT_JSON)
+        result = _change(key, value, names, convert, key_index, known, schema_text, fallible)
+        if isinstance(result, str):
+            out.rejects.append(Reject(key, value, topic, partition, offset, kafka_ts, result))
             continue
-        payload = doc.get("payload")
-        if payload is None:
-            reject(NO_PAYLOAD)
-            continue
-        if not isinstance(payload, dict):
-            reject(NOT_JSON)
-            continue
-        op = payload.get("op")
-        if op is None:
-            reject(NO_OP)
-            continue
-        op = op if isinstance(op, str) else _json_text(op)
-        if op == "t":
-            reject(TRUNCATE)
-            continue
-        if op not in ROW_OPS:
-            reject(f"unknown op '{op}' (expected one of c, u, d, r)")
-            continue
-        after = payload.get("after")
-        if op != "d" and after is None:
-            reject(f"op '{op}' has no 'after' row image")
-            continue
-        image = payload.get("before") if op == "d" else after
-        if image is not None and not isinstance(image, dict):
-            reject(schema_text)
-            continue
-        image = image or {}
-        # Wire type check first (a mismatch rejects the whole image), value conversion after the key check.
-        wires = [image.get(name) for name in names]
-        try:
-            for i, (fn, is_fallible) in enumerate(convert):
-                if wires[i] is not None and not is_fallible:
-                    wires[i] = fn(wires[i])
-        except _Mismatch:
-            reject(schema_text)
-            continue
-        for i in key_index:
-            if wires[i] is None:
-                wires[i] = _key_value(key, names[i], convert[i])
-        absent = [names[i] for i in key_index if wires[i] is None]
-        if absent:
-            reject(f"missing key column(s) {', '.join(absent)} in the row image and the Kafka key")
-            continue
-        source = payload.get("source")
-        source = source if isinstance(source, dict) else {}
-        pos, _snapshot = _position(op, source)
-        if pos is None:
-            reject(NO_POSITION)
-            continue
-        bad: list[str] = []
-        for i, name, type_name in fallible:
-            if wires[i] is not None:
-                try:
-                    wires[i] = convert[i][0](wires[i])
-                except _BadValue as exc:
-                    bad.append(f"column {name!r}: cannot convert '{exc.args[0]}' to {type_name}")
-        if bad:
-            reject("; ".join(bad))
-            continue
-        extra_names = [k for k in image if k not in known]
-        extra = None
+        wires, op, pos, ts_ms, extra, extra_names = result
         if extra_names:
             extra_seen.update(dict.fromkeys(extra_names))
-            extra = _json_text({k: (image[k] if isinstance(image[k], str) or image[k] is None
-                                    else _json_text(image[k])) for k in extra_names})
-        ts_ms = source.get("ts_ms")
-        out.changes.append(Change(wires, op, pos, partition, offset,
-                                  ts_ms * 1000 if type(ts_ms) is int else None, extra))
+        out.changes.append(Change(wires, op, pos, partition, offset, ts_ms * 1000 if type(ts_ms) is int else None,
+                                  extra))
     out.extra_columns = list(extra_seen)
     return out
+
+
+def _loads(data: bytes | str) -> Any:
+    """Parse JSON; orjson (~3x faster on Debezium's schema-carrying envelopes), ``json`` for what it refuses.
+
+    orjson refuses some valid JSON the stdlib reads (integers beyond 64 bits); the
+    fallback keeps those records readable. Invalid JSON fails both (ValueError).
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tuple[Callable[[Any], Any], bool]],
+            key_index: list[int], known: set[str], schema_text: str,
+            fallible: list[tuple[int, str, str]]) -> str | tuple[list[Any], str, Position, Any, str | None, list[str]]:
+    """One record -> the reject reason, or (typed values, op, position, ts_ms, extra, extra names)."""
+    try:
+        doc = _loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return NOT_JSON
+    if not isinstance(doc, dict):
+        return NOT_JSON
+    payload = doc.get("payload")
+    if payload is None:
+        return NO_PAYLOAD
+    if not isinstance(payload, dict):
+        return NOT_JSON
+    op = payload.get("op")
+    if op is None:
+        return NO_OP
+    op = op if isinstance(op, str) else _json_text(op)
+    if op == "t":
+        return TRUNCATE
+    if op not in ROW_OPS:
+        return f"unknown op '{op}' (expected one of c, u, d, r)"
+    after = payload.get("after")
+    if op != "d" and after is None:
+        return f"op '{op}' has no 'after' row image"
+    image = payload.get("before") if op == "d" else after
+    if image is not None and not isinstance(image, dict):
+        return schema_text
+    image = image or {}
+    # Wire type check first (a mismatch rejects the whole image), value conversion after the key check.
+    wires = [image.get(name) for name in names]
+    try:
+        for i, (fn, is_fallible) in enumerate(convert):
+            if wires[i] is not None and not is_fallible:
+                wires[i] = fn(wires[i])
+    except _Mismatch:
+        return schema_text
+    for i in key_index:
+        if wires[i] is None:
+            wires[i] = _key_value(key, names[i], convert[i])
+    absent = [names[i] for i in key_index if wires[i] is None]
+    if absent:
+        return f"missing key column(s) {', '.join(absent)} in the row image and the Kafka key"
+    source = payload.get("source")
+    source = source if isinstance(source, dict) else {}
+    pos, _snapshot = _position(op, source)
+    if pos is None:
+        return NO_POSITION
+    bad: list[str] = []
+    for i, name, type_name in fallible:
+        if wires[i] is not None:
+            try:
+                wires[i] = convert[i][0](wires[i])
+            except _BadValue as exc:
+                bad.append(f"column {name!r}: cannot convert '{exc.args[0]}' to {type_name}")
+    if bad:
+        return "; ".join(bad)
+    extra_names = [k for k in image if k not in known]
+    extra = None
+    if extra_names:
+        extra = _json_text({k: (image[k] if isinstance(image[k], str) or image[k] is None
+                                else _json_text(image[k])) for k in extra_names})
+    return wires, op, pos, source.get("ts_ms"), extra, extra_names
 
 
 def _key_value(key: bytes | None, name: str, convert: tuple[Callable[[Any], Any], bool]) -> Any:
@@ -379,7 +387,7 @@ def _key_value(key: bytes | None, name: str, convert: tuple[Callable[[Any], Any]
     if key is None:
         return None
     try:
-        doc = json.loads(key)
+        doc = _loads(key)
         v = doc["payload"][name]
         return None if v is None else convert[0](v)
     except (ValueError, TypeError, KeyError, UnicodeDecodeError, _Mismatch, _BadValue):

@@ -249,3 +249,13 @@ def test_parse_rejects_bad_arguments() -> None:
         parse_records(raw([]), ROWS, ["order_id"])
     with pytest.raises(ValueError, match=r"column 'at': silver type timestamp.*not supported"):
         parse_records(raw([]), pa.schema([("id", pa.int32()), ("at", pa.timestamp("us"))]), KEYS)
+
+
+def test_json_the_fast_parser_refuses_is_still_read() -> None:
+    # orjson refuses integers beyond 64 bits; the stdlib parser reads them, so the record is not lost.
+    key, value = change("u", {"id": 1}, after=row(1), commit=200, lsn=210)
+    assert value is not None
+    envelope = json.loads(value)
+    envelope["payload"]["source"]["huge"] = 2**70
+    parsed = parse([(key, json.dumps(envelope).encode())])
+    assert (len(parsed.changes), parsed.rejects) == (1, [])
