@@ -69,7 +69,7 @@ __all__ = [
 Position = tuple[int, int, int]
 
 NOT_JSON = "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)"
-NO_PAYLOAD = "envelope has no 'payload': expected Debezium JsonConverter output with schemas.enable=true"
+NO_PAYLOAD = "envelope has 'schema' but no 'payload': expected Debezium JsonConverter output"
 NO_OP = "payload has no 'op'"
 TRUNCATE = "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot"
 NO_POSITION = "source has neither 'sequence' nor 'lsn': the change cannot be ordered"
@@ -326,7 +326,9 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
         return NOT_JSON
     if not isinstance(doc, dict):
         return NOT_JSON
-    payload = doc.get("payload")
+    # schemas.enable=false (the connector's setting): the record is the payload. A JsonConverter envelope
+    # (schemas.enable=true: {"schema": ..., "payload": ...}) is read too, e.g. records written before.
+    payload = doc.get("payload") if "payload" in doc or "schema" in doc else doc
     if payload is None:
         return NO_PAYLOAD
     if not isinstance(payload, dict):
@@ -383,12 +385,12 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
 
 
 def _key_value(key: bytes | None, name: str, convert: tuple[Callable[[Any], Any], bool]) -> Any:
-    """Column ``name`` from the Kafka key (``{"schema": ..., "payload": {...}}``), None if absent or unreadable."""
+    """Column ``name`` from the Kafka key (``{...}``, or ``{"schema": ..., "payload": {...}}``), None if absent."""
     if key is None:
         return None
     try:
         doc = _loads(key)
-        v = doc["payload"][name]
+        v = (doc["payload"] if "payload" in doc or "schema" in doc else doc)[name]
         return None if v is None else convert[0](v)
     except (ValueError, TypeError, KeyError, UnicodeDecodeError, _Mismatch, _BadValue):
         return None

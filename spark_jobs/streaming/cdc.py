@@ -15,9 +15,9 @@ and, per table, in the driver:
    (``spark_jobs.silver.cdc_arrow``; the rules are in ``spark_jobs.silver.cdc``);
 3. appends every record it cannot parse or apply to ``quarantine.cdc`` (raw
    bytes, reason, Kafka coordinates), idempotently, and carries on;
-4. widens ``silver.<table>`` when PostgreSQL gained a column (types from the
-   Debezium schema in the record; Spark ``ALTER TABLE``), then re-parses the
-   batch, losing nothing;
+4. widens ``silver.<table>`` when PostgreSQL gained a column (type from the
+   PostgreSQL catalog: the records carry no schema; Spark ``ALTER TABLE``),
+   then re-parses the batch, losing nothing;
 5. writes a progress file for ``lake stream status`` / ``lake stream wait``;
 6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` compacts (Spark OPTIMIZE) and
    vacuums the tables it owns, inside the batch loop, so no second driver
@@ -29,7 +29,6 @@ consumed in bounded steps (and the driver holds one batch of raw records).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -81,34 +80,49 @@ QUARANTINE = "quarantine.cdc"
 #: the tables are copy-on-write and maintenance OPTIMIZE compacts the rewritten files.
 SILVER_PROPS = {"delta.enableChangeDataFeed": "true"}
 
-__all__ = ["QUERY", "TOPIC_PATTERN", "CdcApp", "added_column_types", "spark_type_for"]
+__all__ = ["QUERY", "TOPIC_PATTERN", "CdcApp", "source_column_types", "spark_type_for"]
 
 
-# Debezium Connect schema type (+ semantic name) -> Spark SQL type, for added columns.
-_CONNECT_TYPES = {
-    "int8": "INT", "int16": "INT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT", "float64": "DOUBLE",
-    "boolean": "BOOLEAN", "string": "STRING", "bytes": "BINARY",
-}
-_CONNECT_NAMES = {
-    "io.debezium.time.ZonedTimestamp": "TIMESTAMP", "io.debezium.time.Date": "DATE",
-    "io.debezium.data.Json": "STRING", "io.debezium.data.Uuid": "STRING",
-}
+def spark_type_for(data_type: str, precision: int | None, scale: int | None) -> str:
+    """A PostgreSQL column type (``information_schema.columns``) -> the Spark SQL type of its silver column.
+
+    Matches the wire formats of the connector (``connectors/shop-postgres.json``) that the CDC parse
+    reads: NUMERIC as exact text (a typed DECIMAL when the column has a precision), timestamptz as
+    ISO-8601, date as days, bytea as base64, timestamp/time without zone as epoch micros.
+    """
+    t = data_type.lower()
+    if t == "numeric":
+        return f"DECIMAL({precision},{scale or 0})" if precision and precision <= 38 else "STRING"
+    simple = {"smallint": "INT", "integer": "INT", "bigint": "BIGINT", "real": "FLOAT", "double precision": "DOUBLE",
+              "boolean": "BOOLEAN", "timestamp with time zone": "TIMESTAMP", "date": "DATE", "bytea": "BINARY",
+              "timestamp without time zone": "BIGINT", "time without time zone": "BIGINT"}
+    return simple.get(t, "STRING")
 
 
-def spark_type_for(field: dict[str, Any]) -> str:
-    """A Debezium Connect field schema -> the Spark SQL type of its silver column."""
-    name = field.get("name")
-    if name in _CONNECT_NAMES:
-        return _CONNECT_NAMES[name]
-    return _CONNECT_TYPES.get(str(field.get("type")), "STRING")
+def source_column_types(settings: Settings, schema: str, table: str, names: Sequence[str]) -> dict[str, str]:
+    """Silver types of ``names``, columns of ``schema.table`` in the shop database (STRING if not found).
 
+    The records carry no schema (``schemas.enable=false``: a Debezium record with its JSON schema was
+    ~4 KB, the payload alone a few hundred bytes), so a column added in PostgreSQL is typed from the
+    catalog, once, when it first shows up.
+    """
+    import psycopg2
 
-def added_column_types(sample_value: bytes, names: Sequence[str]) -> dict[str, str]:
-    """Types of the ``names`` columns from one Debezium envelope's ``schema`` (after image)."""
-    doc = json.loads(sample_value)
-    after = next(f for f in doc["schema"]["fields"] if f.get("field") == "after")
-    fields = {f["field"]: f for f in after.get("fields", [])}
-    return {n: spark_type_for(fields.get(n, {})) for n in names}
+    try:
+        conn = psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=10,
+                                application_name="lake-stream")
+    except psycopg2.OperationalError as exc:
+        raise RuntimeError(f"{QUERY}: cannot read the type of new column(s) {list(names)} of {schema}.{table} from "
+                           f"PostgreSQL at {settings.pg_host}:{settings.pg_port} ({str(exc).strip()})") from exc
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT column_name, data_type, numeric_precision, numeric_scale "
+                        "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                        "AND column_name = ANY(%s)", (schema, table, list(names)))
+            found = {r[0]: spark_type_for(r[1], r[2], r[3]) for r in cur.fetchall()}
+    finally:
+        conn.close()
+    return {n: found.get(n, "STRING") for n in names}
 
 
 class CdcApp:
@@ -231,7 +245,7 @@ class CdcApp:
         added = added_columns(row_schema(silver.arrow_schema).names, parsed.extra_columns)
         if added:
             t = time.monotonic()
-            self._widen(contract, parsed, part, added)
+            self._widen(contract, added)
             parsed = parse_records(part, row_schema(silver.arrow_schema), contract.keys)
             self.timings[f"{contract.table}.silver.widen"] = time.monotonic() - t
         return parsed
@@ -250,17 +264,9 @@ class CdcApp:
                 newest_ts = from_epoch_micros(done.newest_source_ts).isoformat()
                 table_progress["newest_change"] = max(newest_ts, table_progress.get("newest_change", ""))
 
-    def _widen(self, contract: CdcTable, parsed: Parsed, part: pa.Table, added: list[str]) -> None:
-        """``ALTER TABLE ... ADD COLUMNS`` with each new column's type from the newest record that carries it."""
-        values = part.column("value").to_pylist()
-        offsets = part.column("offset").to_pylist()
-        by_offset = dict(zip(offsets, values, strict=True))
-        types: dict[str, str] = {}
-        for name in added:
-            holder = next((c for c in reversed(parsed.changes)
-                           if c.extra is not None and name in json.loads(c.extra)), None)
-            sample = by_offset.get(holder.offset) if holder is not None else None
-            types[name] = added_column_types(sample, [name])[name] if sample is not None else "STRING"
+    def _widen(self, contract: CdcTable, added: list[str]) -> None:
+        """``ALTER TABLE ... ADD COLUMNS``, each new column typed from the PostgreSQL catalog."""
+        types = source_column_types(self.settings, "public", contract.table, added)
         cols = ", ".join(f"`{name}` {sql_type}" for name, sql_type in types.items())
         print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
         self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")

@@ -208,7 +208,7 @@ def test_rejects_carry_raw_record_coordinates_and_reason() -> None:
     not_json = "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)"
     reasons = [
         not_json,
-        "envelope has no 'payload': expected Debezium JsonConverter output with schemas.enable=true",
+        "envelope has 'schema' but no 'payload': expected Debezium JsonConverter output",
         "payload has no 'op'",
         "unknown op 'x' (expected one of c, u, d, r)",
         "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot",
@@ -259,3 +259,37 @@ def test_json_the_fast_parser_refuses_is_still_read() -> None:
     envelope["payload"]["source"]["huge"] = 2**70
     parsed = parse([(key, json.dumps(envelope).encode())])
     assert (len(parsed.changes), parsed.rejects) == (1, [])
+
+
+def _schemaless(record: Record) -> Record:
+    """The same record as the connector sends it (``schemas.enable=false``): payloads without the envelope."""
+    key, value = record
+    return (None if key is None else json.dumps(json.loads(key)["payload"]).encode(),
+            None if value is None else json.dumps(json.loads(value)["payload"]).encode())
+
+
+def test_schemaless_records_parse_like_envelopes() -> None:
+    records = [change("c", {"id": 1}, after=row(1, amount="1234.50"), commit=90, lsn=120),
+               change("d", {"id": 2}, before=None, commit=300, lsn=320), tombstone({"id": 2}),
+               (key_bytes({"id": 5}), change("c", {"id": 5}, after={**row(5), "id": None})[1]),
+               change("r", {"id": 3}, after=row(3, coupon="X"), commit=None, lsn=500, snapshot="true"),
+               change("c", {"id": 4}, after=row(4, amount="12,50"))]
+    enveloped, bare = parse(records), parse([_schemaless(r) for r in records])
+    assert bare.changes == enveloped.changes and len(bare.changes) == 4
+    assert [(r.offset, r.error) for r in bare.rejects] == [(r.offset, r.error) for r in enveloped.rejects]
+    assert bare.rejects[0].error == "column 'amount': cannot convert '12,50' to decimal(10,2)"
+    assert (bare.tombstones, bare.extra_columns) == (1, ["coupon"])
+
+
+def test_added_column_types_from_the_postgresql_catalog() -> None:
+    from spark_jobs.streaming.cdc import spark_type_for
+
+    assert spark_type_for("numeric", 12, 2) == "DECIMAL(12,2)"
+    assert spark_type_for("numeric", None, None) == "STRING"  # unbounded NUMERIC: kept as its exact text
+    assert spark_type_for("integer", 32, 0) == "INT"
+    assert spark_type_for("bigint", 64, 0) == "BIGINT"
+    assert spark_type_for("timestamp with time zone", None, None) == "TIMESTAMP"
+    assert spark_type_for("jsonb", None, None) == "STRING"
+    assert spark_type_for("date", None, None) == "DATE"
+    assert spark_type_for("bytea", None, None) == "BINARY"
+    assert spark_type_for("USER-DEFINED", None, None) == "STRING"

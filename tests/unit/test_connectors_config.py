@@ -38,3 +38,10 @@ def test_malformed_connector_file_names_the_file(tmp_path: Path, settings: Setti
     bad.write_text('{"name": "x", "config": ')
     with pytest.raises(ConnectorError, match=r"broken\.json"):
         load_connector(bad, settings)
+
+
+def test_shop_connector_sends_records_without_the_json_schema(settings: Settings) -> None:
+    # ~4 KB of schema per record otherwise; the streaming app types added columns from the catalog instead.
+    _name, config = load_connector(CONNECTORS_DIR / "shop-postgres.json", settings)
+    assert config["value.converter.schemas.enable"] == "false"
+    assert config["key.converter.schemas.enable"] == "false"
