@@ -157,7 +157,7 @@ class Maintenance:
 
     The streaming app is the single writer of bronze/silver/hot/quarantine
     tables (DESIGN.md), so their ``OPTIMIZE`` (small files from every
-    micro-batch, deletion vectors from MERGEs) and ``VACUUM`` run in the same
+    micro-batch, files rewritten by copy-on-write MERGEs) and ``VACUUM`` run in the same
     driver, between batches, never from a second one. ``run_if_due`` is called
     after each batch; every ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it
     compacts and vacuums ``tables`` and prints how long it took. VACUUM keeps
