@@ -233,7 +233,7 @@ def _as_long(v: Any) -> int | None:
     return None
 
 
-def _position(op: str, source: Mapping[str, Any]) -> tuple[Position | None, bool]:
+def _position(op: str, source: Mapping[str, Any]) -> Position | None:
     lsn = source.get("lsn")
     lsn = lsn if type(lsn) is int else None
     seq: Any = source.get("sequence")
@@ -252,8 +252,8 @@ def _position(op: str, source: Mapping[str, Any]) -> tuple[Position | None, bool
     flag = source.get("snapshot")  # "true", "last", "incremental", "false"...; a boolean before Debezium 2
     snapshot = op == "r" or (flag is not None and str(flag).lower() != "false")
     if commit is None or change is None:
-        return None, snapshot
-    return (SNAPSHOT_RANK if snapshot else STREAM_RANK, commit, change), snapshot
+        return None
+    return (SNAPSHOT_RANK if snapshot else STREAM_RANK, commit, change)
 
 
 def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed:
@@ -364,7 +364,7 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
         return f"missing key column(s) {', '.join(absent)} in the row image and the Kafka key"
     source = payload.get("source")
     source = source if isinstance(source, dict) else {}
-    pos, _snapshot = _position(op, source)
+    pos = _position(op, source)
     if pos is None:
         return NO_POSITION
     bad: list[str] = []
@@ -562,18 +562,16 @@ def markers_table(changes: Sequence[Change], rows: pa.Schema, keys: Sequence[str
 
 
 def quarantine_table(rejects: Sequence[Reject], quarantined_at: datetime, stage: str = "cdc") -> pa.Table:
-    """Rejects -> ``quarantine.<stage>`` rows (the columns of ``streaming.common.quarantine_schema``)."""
-    micros = pa.timestamp("us", tz="UTC")
-    stamp = epoch_micros(quarantined_at)
-    return pa.table({
-        "stage": pa.array([stage] * len(rejects), pa.string()),
+    """Rejects -> ``quarantine.<stage>`` rows (``streaming.common.quarantine_arrow``)."""
+    from spark_jobs.streaming.common import quarantine_arrow
+
+    return quarantine_arrow(stage, {
         "topic": pa.array([r.topic for r in rejects], pa.string()),
         "partition": pa.array([r.partition for r in rejects], pa.int32()),
         "offset": pa.array([r.offset for r in rejects], pa.int64()),
-        "kafka_timestamp": pa.array([r.kafka_timestamp for r in rejects], micros),
+        "kafka_timestamp": pa.array([r.kafka_timestamp for r in rejects], pa.timestamp("us", tz="UTC")),
         "key": pa.array([r.key for r in rejects], pa.binary()),
         "value": pa.array([r.value for r in rejects], pa.binary()),
         "reason": pa.array(["unparseable"] * len(rejects), pa.string()),
         "error": pa.array([r.error for r in rejects], pa.string()),
-        "quarantined_at": pa.array([stamp] * len(rejects), pa.int64()).cast(micros),
-    })
+    }, quarantined_at)

@@ -62,6 +62,7 @@ from spark_jobs.streaming.common import (
     create_table,
     quarantine_schema,
     query_id,
+    raw_records,
     read_json,
     start_kafka_query,
     status_path,
@@ -189,14 +190,11 @@ class CdcApp:
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         import pyarrow.compute as pc
-        from pyspark.sql import functions as F
 
         started = time.monotonic()
         app_id = query_id(self.spark, QUERY)
         t0 = time.monotonic()
-        # One Spark job, no parse: the batch's raw records, collected to the driver as Arrow.
-        raw = batch.select("key", "value", "topic", "partition", "offset",
-                           F.col("timestamp").alias("kafka_timestamp")).toArrow()
+        raw = raw_records(batch)
         self.timings["batch.read"] = time.monotonic() - t0
         ingest_time = datetime.now(UTC)
         per_partition = raw.group_by(["topic", "partition"]).aggregate([("offset", "max"), ("offset", "count")])
@@ -241,8 +239,9 @@ class CdcApp:
         from spark_jobs.silver.cdc import added_columns
 
         silver = self.tables[contract.silver]
-        parsed = parse_records(part, row_schema(silver.arrow_schema), contract.keys)
-        added = added_columns(row_schema(silver.arrow_schema).names, parsed.extra_columns)
+        rows = row_schema(silver.arrow_schema)
+        parsed = parse_records(part, rows, contract.keys)
+        added = added_columns(rows.names, parsed.extra_columns)
         if added:
             t = time.monotonic()
             self._widen(contract, added)

@@ -90,8 +90,10 @@ from spark_jobs.streaming.common import (
     bronze_rows,
     bronze_schema,
     create_table,
+    quarantine_arrow,
     quarantine_schema,
     query_id,
+    raw_records,
     read_json,
     start_kafka_query,
     write_json_atomic,
@@ -231,7 +233,6 @@ class EventsApp:
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         import pyarrow.compute as pc
-        from pyspark.sql import functions as F
 
         self._raise_archive_error()
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", "events_hot")
@@ -248,9 +249,7 @@ class EventsApp:
         watermark_before = self.watermark
 
         t = time.monotonic()
-        # One Spark job, no parse: the batch's raw records, collected to the driver as Arrow.
-        raw = batch.select("key", "value", "topic", "partition", "offset",
-                           F.col("timestamp").alias("kafka_timestamp")).toArrow()
+        raw = raw_records(batch)
         steps["read"] = time.monotonic() - t
         received = raw.num_rows
         if received == 0:
@@ -402,7 +401,6 @@ class EventsApp:
         version (``versions``), recomputed from Kafka with the ledger's ingest time, watermark
         and duplicates, so the rows are those the lost archive would have written.
         """
-        from pyspark.sql import functions as F
 
         wanted = {
             BRONZE: {int(r.batch_id) for r in ledger_rows if int(r.batch_id) > versions[BRONZE]},
@@ -418,9 +416,7 @@ class EventsApp:
         print(f"lake stream: {QUERY}: landing {len(rows)} batch(es) ({sum(int(r.received) for r in rows)} records) "
               f"the last run committed to the ledger but not to "
               f"{', '.join(t for t, b in wanted.items() if b)}, re-read from Kafka", flush=True)
-        raw = (read_kafka_ranges(self.spark, self.settings, rows)
-               .select("key", "value", "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"))
-               .toArrow())
+        raw = raw_records(read_kafka_ranges(self.spark, self.settings, rows))
         checked = self.checker.check(raw)
         parts = checked.column("partition").to_numpy()
         offs = checked.column("offset").to_numpy()
@@ -553,14 +549,9 @@ def archive_tables(checked: pa.Table, batch_id: int, ingest_time: datetime, wate
         "_batch_id": pa.array(np.full(valid.num_rows, batch_id, dtype=np.int64)),
     })
     rejects = checked.filter(pc.invert(ok))
-    stamp = epoch_micros(quarantined_at or datetime.now(UTC))
-    quarantine = pa.table({
-        "stage": pa.array(["events"] * rejects.num_rows, pa.string()), "topic": rejects.column("topic"),
-        "partition": rejects.column("partition"), "offset": rejects.column("offset"),
-        "kafka_timestamp": rejects.column("kafka_timestamp"), "key": rejects.column("key"),
-        "value": rejects.column("value"), "reason": rejects.column("_reason"), "error": rejects.column("_error"),
-        "quarantined_at": pa.array(np.full(rejects.num_rows, stamp, dtype=np.int64)).cast(micros),
-    })
+    quarantine = quarantine_arrow("events", {
+        **{c: rejects.column(c) for c in ("topic", "partition", "offset", "kafka_timestamp", "key", "value")},
+        "reason": rejects.column("_reason"), "error": rejects.column("_error")}, quarantined_at or datetime.now(UTC))
     return {BRONZE: bronze, SILVER: pa.table(silver), QUARANTINE: quarantine}
 
 
