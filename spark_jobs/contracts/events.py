@@ -63,7 +63,8 @@ REASONS = (OVERSIZED, NOT_JSON, MISSING_FIELD, WRONG_TYPE, INVALID_VALUE)
 SCHEMA_FILE = "clickstream.schema.json"
 RELEASED_DIR = "released"
 
-_EVENT_TIME = re.compile(
+#: The contract's ``event_time`` text (RFC 3339, UTC, 0-6 fractional digits); groups: its fields.
+EVENT_TIME_RE = re.compile(
     r"([12][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?Z")
 
 
@@ -155,7 +156,7 @@ def _describe(error: Any) -> Iterator[tuple[str, str]]:
 
 def parse_event_time(text: str) -> datetime | None:
     """An RFC 3339 UTC ``event_time`` (``...Z``, 0-6 fractional digits) -> aware UTC datetime, None if not a real instant."""
-    m = _EVENT_TIME.fullmatch(text)
+    m = EVENT_TIME_RE.fullmatch(text)
     if m is None:
         return None
     year, month, day, hour, minute, second, frac = m.groups()

@@ -38,7 +38,11 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from spark_jobs.arrow_py import py_values
 from spark_jobs.contracts.events import (
+    EVENT_TIME_RE,
     INT64_MAX,
     INT64_MIN,
     MAX_EVENT_BYTES,
@@ -62,33 +66,110 @@ _MICROS_PER_DAY = 86_400_000_000
 _FUTURE_MICROS = MAX_FUTURE_SECONDS * 1_000_000
 
 
-def _compile(rule: FieldRule) -> Callable[[Any], bool]:
-    """One field rule -> a test that is True only when every keyword of the rule holds (JSON Schema semantics).
+def _rule_test(rule: FieldRule, v: str, consts: dict[str, Any]) -> str:
+    """One field rule -> a Python expression on the variable ``v`` that is True only when every keyword of
+    the rule holds (JSON Schema semantics); constants it needs are added to ``consts``."""
 
-    One closure per rule, no loop over keywords: this runs for every field of every event.
-    """
+    def const(value: Any) -> str:
+        name = f"_c{len(consts)}"
+        consts[name] = value
+        return name
+
     if rule.json_type == "string":
-        allowed = None if rule.enum is None else frozenset(rule.enum)
-        const = rule.const
-        lo = 0 if rule.min_length is None else rule.min_length
-        hi = sys.maxsize if rule.max_length is None else rule.max_length
-        search = None if rule.pattern is None else re.compile(rule.pattern).search  # not anchored, as JSON Schema
-
-        def string(v: Any) -> bool:
-            return (type(v) is str and (allowed is None or v in allowed) and (const is None or v == const)
-                    and lo <= len(v) <= hi and (search is None or search(v) is not None))
-        return string
+        terms = [f"type({v}) is str"]
+        if rule.enum is not None:
+            terms.append(f"{v} in {const(frozenset(rule.enum))}")
+        if rule.const is not None:
+            terms.append(f"{v} == {const(rule.const)}")
+        if rule.min_length is not None or rule.max_length is not None:
+            lo = 0 if rule.min_length is None else rule.min_length
+            hi = sys.maxsize if rule.max_length is None else rule.max_length
+            terms.append(f"{lo} <= len({v}) <= {hi}")
+        if rule.pattern is not None:  # not anchored, as JSON Schema
+            terms.append(f"{const(re.compile(rule.pattern).search)}({v}) is not None")
+        return " and ".join(terms)
     if rule.json_type == "integer":
-        const = rule.const
         minimum = INT64_MIN if rule.minimum is None else max(INT64_MIN, rule.minimum)
         maximum = INT64_MAX if rule.maximum is None else min(INT64_MAX, rule.maximum)
-
-        def integer(v: Any) -> bool:
-            return type(v) is int and minimum <= v <= maximum and (const is None or v == const)
-        return integer
+        terms = [f"type({v}) is int", f"{minimum} <= {v} <= {maximum}"]
+        if rule.const is not None:
+            terms.append(f"{v} == {const(rule.const)}")
+        return " and ".join(terms)
     if rule.json_type == "object":
-        return lambda v: type(v) is dict
-    return lambda v: True  # "any": presence is the whole rule
+        return f"type({v}) is dict"
+    return "True"  # "any": presence is the whole rule
+
+
+def _field_lines(rules: Sequence[FieldRule], obj: str, fail: str, consts: dict[str, Any]) -> list[str]:
+    lines = []
+    for rule in rules:
+        lines.append(f"    v = {obj}.get({rule.name!r}, _MISSING)")
+        test = _rule_test(rule, "v", consts)
+        if rule.required:
+            lines.append(f"    if v is _MISSING or not ({test}): {fail}")
+        else:
+            lines.append(f"    if v is not _MISSING and not ({test}): {fail}")
+    return lines
+
+
+def _generate(rules: ContractRules) -> Callable[[Any, int], int | None]:
+    """The contract compiled into one Python function ``(doc, kafka_us) -> event micros | None`` (None: not
+    accepted): a straight line of tests per field, no loop over rules or keywords (~2 us an event)."""
+    consts: dict[str, Any] = {"_MISSING": _MISSING, "_FUTURE": _FUTURE_MICROS, "_micros": EventTimes().micros}
+    lines = ["def event_micros(doc, kafka_us):", "    if type(doc) is not dict: return None"]
+    if not rules.additional_fields:
+        consts["_allowed"] = frozenset(r.name for r in rules.fields)
+        lines.append("    if not _allowed.issuperset(doc): return None")
+    lines += _field_lines(rules.fields, "doc", "return None", consts)
+    by_type = {}
+    for etype, prop_rules in rules.by_event_type.items():
+        body = ["def props(p):", "    if type(p) is not dict: return False",
+                *_field_lines(prop_rules, "p", "return False", consts), "    return True"]
+        scope = dict(consts)
+        exec("\n".join(body), scope)  # noqa: S102  (source built above from the contract's rules)
+        by_type[etype] = scope["props"]
+    consts["_by_type"] = by_type
+    lines += ["    props = _by_type.get(doc.get('event_type'))",
+              "    if props is not None and not props(doc.get('properties')): return None",
+              "    text = doc.get('event_time')",
+              "    if type(text) is not str: return None",
+              "    micros = _micros(text)",
+              "    if micros is None or micros > kafka_us + _FUTURE: return None",
+              "    return micros"]
+    scope = dict(consts)
+    exec("\n".join(lines), scope)  # noqa: S102  (source built above from the contract's rules)
+    fn: Callable[[Any, int], int | None] = scope["event_micros"]
+    return fn
+
+
+_MISSING = object()
+
+
+class EventTimes:
+    """``event_time`` text -> epoch microseconds, as ``epoch_micros(parse_event_time(text))``, None when it is
+    not a real instant. The whole seconds are cached per ``YYYY-MM-DDTHH:MM:SS`` (a stream's events share
+    them), so most events cost one regex match and no ``datetime``."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._seconds: dict[str, int | None] = {}
+
+    def micros(self, text: str) -> int | None:
+        m = EVENT_TIME_RE.fullmatch(text)
+        if m is None:
+            return None
+        head = text[:19]
+        seconds = self._seconds.get(head, _MISSING)
+        if seconds is _MISSING:
+            when = parse_event_time(head + "Z")
+            seconds = None if when is None else epoch_micros(when) // 1_000_000
+            if len(self._seconds) >= self.size:
+                self._seconds.clear()
+            self._seconds[head] = seconds
+        if seconds is None:
+            return None
+        frac = m.group(7)
+        return seconds * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)  # type: ignore[operator]
 
 
 class FastCheck:
@@ -100,51 +181,46 @@ class FastCheck:
     """
 
     def __init__(self, rules: ContractRules | None = None) -> None:
-        rules = rules or field_rules()
-        self.top = [(r.name, r.required, _compile(r)) for r in rules.fields]
-        self.allowed = None if rules.additional_fields else frozenset(r.name for r in rules.fields)
-        self.by_type = {etype: [(r.name, r.required, _compile(r)) for r in prop_rules]
-                        for etype, prop_rules in rules.by_event_type.items()}
+        #: ``(doc, kafka_us) -> event time in epoch microseconds`` when ``doc`` is accepted, else None.
+        self.event_micros = _generate(rules or field_rules())
 
     def accepts(self, doc: Any, kafka_us: int) -> bool:
         return self.event_micros(doc, kafka_us) is not None
 
-    def event_micros(self, doc: Any, kafka_us: int) -> int | None:
-        """The event time in epoch microseconds when ``doc`` is accepted, else None."""
-        if type(doc) is not dict:
-            return None
-        if self.allowed is not None and not self.allowed.issuperset(doc):
-            return None
-        if not _all_hold(self.top, doc):
-            return None
-        prop_rules = self.by_type.get(doc.get("event_type"))  # type: ignore[arg-type]
-        if prop_rules is not None:
-            props = doc.get("properties")
-            if type(props) is not dict or not _all_hold(prop_rules, props):
-                return None
-        text = doc.get("event_time")
-        if type(text) is not str:
-            return None
-        when = parse_event_time(text)
-        if when is None:
-            return None
-        micros = epoch_micros(when)
-        return micros if micros <= kafka_us + _FUTURE_MICROS else None
+
+#: More ``{``/``[`` bytes than this and :func:`fast_doc` leaves the record to the strict parser (nesting depth).
+_FAST_MAX_CONTAINERS = 32
 
 
-def _all_hold(rules: Sequence[tuple[str, bool, Callable[[Any], bool]]], obj: dict[str, Any]) -> bool:
-    for name, required, test in rules:
-        if name in obj:
-            if not test(obj[name]):
-                return False
-        elif required:
-            return False
-    return True
+def fast_doc(value: bytes) -> Any:
+    """orjson's parse of ``value`` when it is certainly what :func:`parse_record` returns, else None.
+
+    The strict parser rejects duplicate keys, which orjson silently merges, and
+    numbers it reads differently (integers beyond 64 bits become floats in
+    orjson). Both change the text: the parse is taken only when ``value`` is
+    exactly orjson's compact serialisation of the parsed document (what
+    ``json.dumps(separators=(",", ":"), ensure_ascii=False)`` and JavaScript's
+    ``JSON.stringify`` write, so every record of our producer). Anything else,
+    including a deeply nested value, goes to the strict parser: this only ever
+    saves time (~3.5 us instead of ~6 us a record), never changes a verdict.
+    """
+    if value.count(b"{") + value.count(b"[") > _FAST_MAX_CONTAINERS:
+        return None
+    try:
+        doc = orjson.loads(value)
+        return doc if orjson.dumps(doc) == value else None
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
 
 
 def properties_text(props: Any) -> str:
     """The ``properties`` column: the object as compact JSON with sorted keys (what Spark's ``to_json`` of the
     parsed variant gives for the contract's strings and integers)."""
+    if all(type(v) is str or type(v) is int for v in props.values()):
+        try:  # same text as json.dumps below for strings and 64-bit integers, ~5x faster
+            return orjson.dumps(props, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits, a lone surrogate
+            pass
     return json.dumps(props, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -177,8 +253,8 @@ def check_records(raw: pa.Table, rules: ContractRules | None = None, fast: FastC
     from spark_jobs.silver.events import PROPERTY_COLUMNS
 
     fast = fast or FastCheck(rules)
-    values = raw.column("value").to_pylist()
-    kafka_us = raw.column("kafka_timestamp").cast(pa.int64()).to_pylist()
+    values = py_values(raw.column("value"))
+    kafka_us = py_values(raw.column("kafka_timestamp").cast(pa.int64()))
     n = len(values)
     reason: list[str | None] = [None] * n
     error: list[str | None] = [None] * n
@@ -200,10 +276,12 @@ def check_records(raw: pa.Table, rules: ContractRules | None = None, fast: FastC
         ts = kafka_us[i]
         doc: Any = None
         if value is not None and len(value) <= MAX_EVENT_BYTES:
-            try:
-                doc = parse_record(value)
-            except ValueError:  # JSONDecodeError, UnicodeDecodeError, too deep/long: check_record says which
-                doc = None
+            doc = fast_doc(value)
+            if doc is None:
+                try:
+                    doc = parse_record(value)
+                except ValueError:  # JSONDecodeError, UnicodeDecodeError, too deep/long: check_record says which
+                    doc = None
         micros = None if doc is None else fast.event_micros(doc, ts)
         if micros is None:
             verdict = check_record(value, from_epoch_micros(ts))

@@ -10,9 +10,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_jobs.contracts.events import TOPIC, check_record, parse_record
+from spark_jobs.contracts.events import TOPIC, check_record, parse_event_time, parse_record
+from spark_jobs.hot.events import epoch_micros
 from spark_jobs.silver.events import parse_events
-from spark_jobs.silver.events_arrow import FastCheck, ParallelCheck, check_records, properties_text
+from spark_jobs.silver.events_arrow import (
+    EventTimes,
+    FastCheck,
+    ParallelCheck,
+    check_records,
+    fast_doc,
+    properties_text,
+)
 from spark_jobs.streaming import events as ev
 from tests.unit.test_events_parse import (
     EDGE_CASES,
@@ -216,3 +224,46 @@ def test_parallel_check_equals_the_single_process_parse_in_order() -> None:
         checker.close()
     assert got.equals(check_records(raw))
     assert small.equals(check_records(raw.slice(0, 5)))
+
+
+def test_fast_doc_is_the_strict_parse_or_nothing() -> None:
+    """orjson's parse is used only where it equals parse_record's; everything else goes to the strict parser."""
+    values = [enc(doc) for doc in mutations()] + [v for _, v in generated_corpus(300) if v is not None]
+    values += [json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode() for d in
+               (event(session_id="sé\u2028\x01"), with_props("page_view", page="/\u00e9\ud7ff"))]
+    taken = 0
+    for value in values:
+        doc = fast_doc(value)
+        if doc is not None:
+            taken += 1
+            assert doc == parse_record(value)
+    assert taken > 100
+    for value in [b'{"a":1,"a":2}',  # duplicate key: orjson keeps the last, the contract rejects it
+                  b'{"a":18446744073709551616}',  # beyond 64 bits: a float in orjson, an int in the contract
+                  b'{"a": 1}',  # not compact: fine, but the strict parser decides
+                  b'{"a":1e5}', b'{"a":"\\u00e9"}', b'{"a":"\\ud800"}', b'{"a":NaN}', b'\xff', b"[" * 40 + b"]" * 40]:
+        assert fast_doc(value) is None, value
+
+
+@pytest.mark.parametrize("props", [
+    {"page": "/p/é", "b": 1, "a": -(2**63)}, {"z": "\x00\x1f\"\\\u2028", "y": 2**63 - 1}, {"big": 2**64},
+    {"s": "\ud800"}, {"f": 1.5, "n": None, "l": [1, {"b": 2, "a": 1}]}, {},
+])
+def test_properties_text_fast_way_equals_json_dumps(props: dict[str, Any]) -> None:
+    assert properties_text(props) == json.dumps(props, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("text", [
+    "2026-11-22T04:59:59Z", "2026-11-22T04:59:59.1Z", "2026-11-22T04:59:59.123456Z", "2024-02-29T00:00:00.5Z",
+    "2026-02-29T00:00:00Z", "2026-02-30T00:00:00Z", "2026-13-01T00:00:00Z", "2026-11-22T24:00:00Z",
+    "2026-11-22T04:59:60Z", "2026-11-22T04:59:59.1234567Z", "2026-11-22T04:59:59", "2026-11-22 04:59:59Z",
+    "1970-01-01T00:00:00Z", "1969-12-31T23:59:59.999999Z",
+])
+def test_event_times_equal_parse_event_time(text: str) -> None:
+    times = EventTimes(size=2)
+    want = None if parse_event_time(text) is None else epoch_micros(parse_event_time(text))  # type: ignore[arg-type]
+    for _ in range(2):  # the cached seconds give the same answer
+        assert times.micros(text) == want
+    for other in ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z"):
+        times.micros(other)  # evicts
+    assert times.micros(text) == want

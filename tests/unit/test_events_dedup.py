@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
-from spark_jobs.streaming.events import DedupIndex
+import numpy as np
+import pyarrow as pa
+
+from spark_jobs.streaming.events import DedupIndex, partition_spans
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -41,3 +45,42 @@ def test_re_adding_a_known_id_keeps_its_first_batch() -> None:
     index.add_batch(2, T0 + timedelta(minutes=9), ["a"])
     index.add_batch(3, T0 + timedelta(minutes=10, seconds=1), [])
     assert len(index) == 0  # evicted with batch 1, where it first arrived
+
+
+def _reference(index_ids: set[str], rows: list[tuple[str, int, int]]) -> set[tuple[int, int]]:
+    """Duplicates by the rule, one row at a time: the lowest (partition, offset) of an id wins."""
+    seen = set(index_ids)
+    dups = set()
+    for event_id, p, o in sorted(rows, key=lambda r: (r[1], r[2])):
+        if event_id in seen:
+            dups.add((p, o))
+        seen.add(event_id)
+    return dups
+
+
+def test_vectorised_duplicates_equal_the_row_by_row_rule() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        index = DedupIndex(timedelta(minutes=10))
+        known = {f"id{rng.randrange(60)}" for _ in range(rng.randrange(0, 15))}
+        index.add_batch(1, T0, sorted(known))
+        offsets = {0: 0, 1: 0, 2: 0}
+        rows = []
+        for _ in range(rng.randrange(1, 80)):
+            p = rng.randrange(3)
+            offsets[p] += rng.randrange(1, 4)
+            rows.append((f"id{rng.randrange(60)}", p, offsets[p]))
+        rng.shuffle(rows)  # a batch's rows need not be in Kafka order
+        dup, new_ids = index.duplicates(pa.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                                        np.array([r[2] for r in rows]))
+        want = _reference(known, rows)
+        assert {(rows[i][1], rows[i][2]) for i in range(len(rows)) if dup[i]} == want
+        firsts = sorted((r for r in rows if (r[1], r[2]) not in want), key=lambda r: (r[1], r[2]))
+        assert new_ids == [r[0] for r in firsts]  # each new id once, in Kafka order
+
+
+def test_partition_spans_are_first_and_last_offset_per_partition() -> None:
+    parts = np.array([2, 0, 2, 0, 2], dtype=np.int64)
+    offs = np.array([17, 5, 9, 3, 11], dtype=np.int64)
+    assert partition_spans(parts, offs) == {"0": [3, 5], "2": [9, 17]}
+    assert partition_spans(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == {}
