@@ -93,12 +93,14 @@ class DriverTable:
         version = self.table.transaction_version(f"{app_id}:{self.name}")
         return None if version is None else int(version)
 
-    def read(self, columns: list[str] | None = None) -> pa.Table:
-        """The current version as an Arrow table."""
+    def read(self, columns: list[str] | None = None, where: Any = None) -> pa.Table:
+        """The current version as an Arrow table; ``where``: a ``pyarrow.compute`` expression rows must match."""
         import pyarrow as pa
 
         self.refresh()
-        return pa.table(self.table.to_pyarrow_table(columns=columns))
+        if where is None:
+            return pa.table(self.table.to_pyarrow_table(columns=columns))
+        return pa.table(self.table.to_pyarrow_dataset().to_table(columns=columns, filter=where))
 
     def write_once(self, rows: list[dict[str, Any]] | pa.Table, app_id: str, batch_id: int,
                    mode: Literal["append", "overwrite"]) -> bool:

@@ -488,12 +488,7 @@ class EventsApp:
             self.done_through = int(row.batch_id)
             self.watermark = _utc(row.watermark_after)
             since = row.max_ingest_time.astimezone(UTC) - self.delay
-            recent = (self.spark.table(SILVER).where(F.col("_ingest_time") >= F.lit(since))
-                      .groupBy("_batch_id").agg(F.collect_list("event_id").alias("ids"),
-                                                F.max("_ingest_time").alias("ingest"))
-                      .orderBy("_batch_id").collect())
-            for r in recent:
-                self.index.add_batch(int(r._batch_id), r.ingest.astimezone(UTC), r.ids)
+            self._load_recent_ids(since)
             print(f"lake stream: {QUERY} restored watermark {self.watermark} and {len(self.index)} recent "
                   f"event ids (ledger through batch {self.done_through}, next batch {batch_id})", flush=True)
         for table, windows in self.hot.items():
@@ -503,6 +498,27 @@ class EventsApp:
             if version is not None:
                 self.hot_version[table] = version
         self.restored_for = batch_id
+
+    def _load_recent_ids(self, since: datetime) -> None:
+        """Fill the dedup index with silver's events that arrived at or after ``since``, batch by batch.
+
+        Read from the driver (delta-rs, two columns): millions of ids in seconds, where a Spark
+        ``collect_list`` held the first batch after a restart ~20 s for 3.4 million.
+        """
+        import pyarrow.compute as pc
+
+        micros = pa.timestamp("us", tz="UTC")
+        recent = self.driver_tables[SILVER].read(["event_id", "_batch_id", "_ingest_time"],
+                                                 where=pc.field("_ingest_time") >= pa.scalar(since, micros))
+        if recent.num_rows == 0:
+            return
+        recent = recent.sort_by("_batch_id")
+        batch_ids = recent.column("_batch_id").to_numpy()
+        ingest = pc.cast(recent.column("_ingest_time"), pa.int64()).to_numpy()
+        ids = py_values(recent.column("event_id"))
+        starts = np.flatnonzero(np.r_[True, batch_ids[1:] != batch_ids[:-1]])
+        for a, b in zip(starts, np.r_[starts[1:], len(batch_ids)], strict=True):
+            self.index.add_batch(int(batch_ids[a]), from_epoch_micros(int(ingest[a:b].max())), ids[a:b])
 
     # -- status ------------------------------------------------------------------
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from spark_jobs.streaming.events import DedupIndex, partition_spans
+from spark_jobs.driver_delta import DriverTable
+from spark_jobs.streaming.events import SILVER, DedupIndex, EventsApp, partition_spans
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -84,3 +86,21 @@ def test_partition_spans_are_first_and_last_offset_per_partition() -> None:
     offs = np.array([17, 5, 9, 3, 11], dtype=np.int64)
     assert partition_spans(parts, offs) == {"0": [3, 5], "2": [9, 17]}
     assert partition_spans(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == {}
+
+
+def test_restart_loads_the_ids_that_arrived_within_the_horizon_from_silver(tmp_path: Path) -> None:
+    """``EventsApp._load_recent_ids`` on a real (local) Delta table: batches at or after ``since``, grouped."""
+    from deltalake import write_deltalake
+
+    micros = pa.timestamp("us", tz="UTC")
+    rows = [("a", 1, T0), ("b", 1, T0 + timedelta(seconds=1)), ("c", 2, T0 + timedelta(minutes=3)),
+            ("d", 3, T0 + timedelta(minutes=6)), ("e", 3, T0 + timedelta(minutes=6)), ("z", 0, T0 - timedelta(hours=1))]
+    write_deltalake(str(tmp_path), pa.table({"event_id": [r[0] for r in rows], "_batch_id": [r[1] for r in rows],
+                                             "_ingest_time": pa.array([r[2] for r in rows], micros)}))
+    app = EventsApp.__new__(EventsApp)  # only the index and the silver table are needed
+    app.index = DedupIndex(timedelta(minutes=10))
+    app.driver_tables = {SILVER: DriverTable(None, SILVER, str(tmp_path))}
+    app._load_recent_ids(T0)
+    assert app.index._first == {"a": 1, "b": 1, "c": 2, "d": 3, "e": 3}  # not "z": it arrived before T0
+    assert [(b, t) for b, t, _ in app.index._batches] == [
+        (1, T0 + timedelta(seconds=1)), (2, T0 + timedelta(minutes=3)), (3, T0 + timedelta(minutes=6))]
