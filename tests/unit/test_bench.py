@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import pytest
 
 from spark_jobs.bench import _percentile
 from spark_jobs.bench_events import _produced_per_second
@@ -22,3 +25,28 @@ def test_percentile_picks_the_nearest_rank() -> None:
     assert _percentile(values, 0.5) == 51.0
     assert _percentile(values, 0.95) == 95.0
     assert math.isnan(_percentile([], 0.5))
+
+
+@pytest.mark.parametrize("report", [
+    [],  # nothing registered
+    [{"name": "shop-postgres", "state": "FAILED", "tasks": ["FAILED"]}],
+    [{"name": "shop-postgres", "state": "RUNNING", "tasks": []}],
+    [{"name": "shop-postgres", "state": "RUNNING", "tasks": ["RUNNING", "FAILED"]}],
+])
+def test_bench_cdc_refuses_to_start_without_a_running_connector(monkeypatch: pytest.MonkeyPatch,
+                                                                report: list[dict[str, Any]]) -> None:
+    from spark_jobs import bench, connectors
+    from spark_jobs.settings import load_settings
+
+    monkeypatch.setattr(connectors, "status_report", lambda _settings: report)
+    with pytest.raises(RuntimeError, match="lake connectors apply"):
+        bench._require_running_connector(load_settings({}))
+
+
+def test_bench_cdc_starts_with_a_running_connector(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs import bench, connectors
+    from spark_jobs.settings import load_settings
+
+    monkeypatch.setattr(connectors, "status_report",
+                        lambda _settings: [{"name": "shop-postgres", "state": "RUNNING", "tasks": ["RUNNING"]}])
+    bench._require_running_connector(load_settings({}))
