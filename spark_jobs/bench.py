@@ -53,13 +53,14 @@ def _total_end_offsets(settings: Settings) -> int:
     return sum(kafka_end_offsets(settings).values())
 
 
-def _silver_versions(spark: Any) -> dict[str, int]:
+def _silver_heads(spark: Any) -> dict[str, tuple[int, float | None]]:
+    """Newest Delta version of each CDC silver table and its commit time (epoch s; None for no commit yet)."""
     from spark_jobs.contracts.shop import CDC_TABLES
 
-    out = {}
+    out: dict[str, tuple[int, float | None]] = {}
     for c in CDC_TABLES.values():
-        row = spark.sql(f"DESCRIBE HISTORY {c.silver} LIMIT 1").select("version").first()
-        out[c.silver] = int(row[0]) if row else 0
+        row = spark.sql(f"DESCRIBE HISTORY {c.silver} LIMIT 1").select("version", "timestamp").first()
+        out[c.silver] = (int(row[0]), row[1].timestamp() if row[1] is not None else None) if row else (0, None)
     return out
 
 
@@ -67,23 +68,10 @@ def _require_running_connector(settings: Settings) -> None:
     """Fail early, naming the fix, when no Debezium connector runs (the load would reach no silver table)."""
     from spark_jobs.connectors import status_report
 
-    running = [c["name"] for c in status_report(settings)
-               if c["state"] == "RUNNING" and c["tasks"] and all(t == "RUNNING" for t in c["tasks"])]
-    if not running:
+    if not any(c["state"] == "RUNNING" and c["tasks"] and all(t == "RUNNING" for t in c["tasks"])
+               for c in status_report(settings)):
         raise RuntimeError(f"no running connector on Kafka Connect at {settings.connect_url}: the load would "
                            "not reach Kafka; run `lake connectors apply` (then `lake connectors status`)")
-
-
-def _last_silver_commit(spark: Any) -> float | None:
-    """Epoch seconds of the newest commit over the CDC silver tables."""
-    from spark_jobs.contracts.shop import CDC_TABLES
-
-    times = []
-    for c in CDC_TABLES.values():
-        row = spark.sql(f"DESCRIBE HISTORY {c.silver} LIMIT 1").select("timestamp").first()
-        if row and row[0] is not None:
-            times.append(row[0].timestamp())
-    return max(times) if times else None
 
 
 def _latencies(spark: Any, since: dict[str, int]) -> list[float]:
@@ -184,7 +172,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
         loadgen(settings, rate=rate, duration=warmup, seed=seed + 1000, synchronous_commit=not async_commit)
         if not stream_control.wait(settings, 1800):
             raise RuntimeError("stream did not catch up after the warm-up; see lake stream status")
-    versions = _silver_versions(spark)
+    versions = {table: version for table, (version, _at) in _silver_heads(spark).items()}
     offsets0 = _total_end_offsets(settings)
     t0 = time.monotonic()
     print(f"bench: steady load at {rate:.0f} changes/s for {duration:.0f}s", flush=True)
@@ -227,7 +215,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     # later change reaches silver (heartbeat-only batches commit no silver version), so that is the
     # newest silver commit. `lake stream wait` returns later than that (it polls, and confirms with the
     # next heartbeat); its time is the "incl. driver start" figure.
-    applied_at = _last_silver_commit(spark)
+    applied_at = max((at for _v, at in _silver_heads(spark).values() if at is not None), default=None)
     from_first = applied_at - first_start if first_start is not None and applied_at is not None else None
     catch_up = {"backlog_records": backlog, "drain_s_incl_driver_start": round(drain_s, 1),
                 "catch_up_per_s": round(backlog / drain_s, 1) if ok2 else None,

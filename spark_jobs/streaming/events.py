@@ -286,9 +286,10 @@ class EventsApp:
         offs = keys.column("offset").to_numpy()
         offsets = partition_spans(parts, offs)
         valid_rows = np.flatnonzero(pc.is_null(keys.column("_reason")).to_numpy(zero_copy_only=False))
+        valid_parts, valid_offs = parts[valid_rows], offs[valid_rows]
         dup, new_ids = self.index.duplicates(pc.take(keys.column("_event_id"), pa.array(valid_rows)),
-                                             parts[valid_rows], offs[valid_rows])
-        dups = list(zip(parts[valid_rows][dup].tolist(), offs[valid_rows][dup].tolist(), strict=True))
+                                             valid_parts, valid_offs)
+        dups = list(zip(valid_parts[dup].tolist(), valid_offs[dup].tolist(), strict=True))
         # The batch's bronze/silver/quarantine rows; silver's are the new unique events with their late flag,
         # which the hot windows take too (one rule for both, the one the recovery applies).
         tables = archive_tables(keys, batch_id, ingest_time, watermark_before, set(dups))
@@ -507,8 +508,7 @@ class EventsApp:
         batch_ids = recent.column("_batch_id").to_numpy()
         ingest = pc.cast(recent.column("_ingest_time"), pa.int64()).to_numpy()
         ids = py_values(recent.column("event_id"))
-        starts = np.flatnonzero(np.r_[True, batch_ids[1:] != batch_ids[:-1]])
-        for a, b in zip(starts, np.r_[starts[1:], len(batch_ids)], strict=True):
+        for a, b in _runs(batch_ids):
             self.index.add_batch(int(batch_ids[a]), from_epoch_micros(int(ingest[a:b].max())), ids[a:b])
 
     # -- status ------------------------------------------------------------------
@@ -605,9 +605,13 @@ def partition_spans(partitions: np.ndarray, offsets: np.ndarray) -> dict[str, li
         return {}
     order = np.lexsort((offsets, partitions))
     p_sorted, o_sorted = partitions[order], offsets[order]
-    starts = np.flatnonzero(np.r_[True, p_sorted[1:] != p_sorted[:-1]])
-    ends = np.r_[starts[1:], len(p_sorted)] - 1
-    return {str(int(p_sorted[a])): [int(o_sorted[a]), int(o_sorted[b])] for a, b in zip(starts, ends, strict=True)}
+    return {str(int(p_sorted[a])): [int(o_sorted[a]), int(o_sorted[b - 1])] for a, b in _runs(p_sorted)}
+
+
+def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, end)`` of each run of equal values in ``keys`` (sorted, not empty), in order."""
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return list(zip(starts.tolist(), [*starts[1:].tolist(), len(keys)], strict=True))
 
 
 def write_archive(tables: dict[str, DriverTable], rows: dict[str, dict[int, pa.Table]], app_id: str) -> None:
