@@ -114,6 +114,8 @@ class Settings:
     stream_max_offsets_per_trigger: int
     stream_trigger_seconds: int
     stream_maintenance_minutes: int
+    stream_compact_rows: int
+    stream_compact_seconds: int
     stream_driver_memory: str
     stream_queries: str
     events_max_offsets_per_trigger: int
@@ -228,6 +230,8 @@ _DEFAULTS: dict[str, str] = {
     "stream_max_offsets_per_trigger": "100000",
     "stream_trigger_seconds": "2",
     "stream_maintenance_minutes": "60",
+    "stream_compact_rows": "20000",
+    "stream_compact_seconds": "120",
     "stream_driver_memory": "2g",
     "stream_queries": "cdc,events",
     "events_max_offsets_per_trigger": "200000",
@@ -317,6 +321,10 @@ def _validate(s: Settings) -> None:
         raise SettingsError(f"LAKE_S3_ENDPOINT={s.s3_endpoint!r} must start with http:// or https://")
     if s.stream_max_offsets_per_trigger < 1 or s.stream_trigger_seconds < 0:
         raise SettingsError("LAKE_STREAM_MAX_OFFSETS_PER_TRIGGER must be >= 1 and LAKE_STREAM_TRIGGER_SECONDS >= 0")
+    if s.stream_compact_rows < 1 or s.stream_compact_seconds < 1:
+        raise SettingsError(f"LAKE_STREAM_COMPACT_ROWS={s.stream_compact_rows} and LAKE_STREAM_COMPACT_SECONDS="
+                            f"{s.stream_compact_seconds} must both be >= 1 (pending silver changes are merged into "
+                            "the base table once either is reached)")
     unknown_queries = sorted(set(s.stream_query_list) - set(STREAM_QUERIES))
     if unknown_queries or not s.stream_query_list:
         raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "

@@ -1,4 +1,4 @@
-"""CDC apply in the driver: Debezium records (Arrow) -> typed changes -> newest per key -> delta-rs MERGE.
+"""CDC apply in the driver: Debezium records (Arrow) -> typed changes -> newest per key -> silver (merge-on-read).
 
 The streaming app's CDC hot path (``spark_jobs.streaming.cdc``). It keeps the
 rules of :mod:`spark_jobs.silver.cdc` (read its module docstring: the source
@@ -13,22 +13,26 @@ fragments (:func:`~spark_jobs.silver.cdc.merge_plan`) without a Spark job:
 * :func:`newest_changes`: per key, the TOAST placeholder is filled from an
   earlier change of the same batch, the newest change by position is kept, and
   a change not newer than the key's recorded delete (:class:`DeleteIndex`) is
-  dropped; the result is the MERGE source, as Arrow.
-* :func:`merge_changes`: ``MERGE`` with delta-rs (DataFusion, in the driver),
-  with the Spark plan's conditions in DataFusion's quoting, committed with the
-  Delta transaction ``<app_id>:<table>`` = batch id, so a replayed batch is
-  skipped, and position-guarded, so a re-sent change is a no-op anyway.
+  dropped.
+* :func:`append_changes`: appends those newest changes to
+  ``silver.<t>__changes`` (merge-on-read, see :mod:`spark_jobs.silver.cdc`),
+  committed with the Delta transaction ``<app_id>:<table>`` = batch id, so a
+  replayed batch is written once; then the delete markers.
+* :func:`compact` (:func:`compaction_source` + :func:`merge_changes`): in the
+  background, the newest pending change per key across batches is MERGEd into
+  ``silver.<t>__base`` with delta-rs (DataFusion, in the driver), with the Spark
+  plan's conditions in DataFusion's quoting, position-guarded, so a change
+  merged twice is a no-op.
 
 Why: on two cores a Spark MERGE of one table cost 2-37 s per batch (job
 scheduling, a join and a rewrite per batch, four tables at once), and the
 Spark parse of the JSON envelopes (``from_json``, which this module replaced;
 a parity test compared both on one corpus before the switch) another 13 s per
-32,000 records. The delta-rs
-MERGE of a 60,000-row table with 2,000 changes takes ~0.1 s on local disk.
-The price: delta-rs cannot read deletion vectors, so the silver tables are
-copy-on-write (each MERGE rewrites the files it touches; maintenance compacts
-them), and the apply scales with the driver, not with executors. That fits a
-CDC source (one PostgreSQL's change rate); see DESIGN.md.
+32,000 records. A delta-rs MERGE per batch came next, but delta-rs cannot
+write deletion vectors, so each MERGE rewrote every file holding a changed row:
+with random updates that is the whole table each batch (290 MB of silver per
+~1 s batch in ``lake bench cdc``), a cost growing with the table. An append
+costs what the batch holds; the MERGE runs once per compaction.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import pyarrow as pa
 
 from spark_jobs.hot.events import epoch_micros
 from spark_jobs.silver.cdc import (
+    BATCH_COLUMN,
     POSITION_COLUMNS,
     ROW_OPS,
     SILVER_METADATA_COLUMNS,
@@ -62,8 +67,9 @@ if TYPE_CHECKING:
     from spark_jobs.driver_delta import DriverTable
 
 __all__ = [
-    "Change", "DeleteIndex", "Parsed", "Reject", "merge_changes", "newest_changes", "parse_records",
-    "quarantine_table", "row_schema", "sql_type_name",
+    "Applied", "Change", "DeleteIndex", "Parsed", "Reject", "append_changes", "base_schema_of", "compact",
+    "compaction_source", "merge_changes", "newest_changes", "parse_records", "quarantine_table", "row_schema",
+    "sql_type_name",
 ]
 
 Position = tuple[int, int, int]
@@ -218,8 +224,8 @@ class Parsed:
 
 
 def row_schema(silver: pa.Schema) -> pa.Schema:
-    """The row image part of a silver table's Arrow schema (its columns minus the metadata)."""
-    return pa.schema([f for f in silver if f.name not in SILVER_METADATA_COLUMNS])
+    """The row image part of a silver table's Arrow schema (its columns minus the metadata and batch id)."""
+    return pa.schema([f for f in silver if f.name not in SILVER_METADATA_COLUMNS and f.name != BATCH_COLUMN])
 
 
 def _as_long(v: Any) -> int | None:
@@ -515,40 +521,99 @@ def merge_changes(table: DeltaTable, source: pa.Table, keys: Sequence[str], toas
 
 @dataclass
 class Applied:
-    """What :func:`apply_changes` did for one table and batch."""
+    """What :func:`append_changes` did for one table and batch."""
 
-    changes: int  # newest changes handed to the MERGE (0: nothing to do)
+    changes: int  # newest changes appended (0: nothing to do)
     deletes: int  # delete markers appended
     newest_source_ts: int | None  # epoch micros of the newest PostgreSQL commit among them
-    merged: bool  # False when the batch was committed before (a replay) or had nothing to merge
-    metrics: dict[str, Any] | None
+    written: bool  # False when the batch was committed before (a replay) or had no change
 
 
-def apply_changes(silver: DriverTable, deleted: DriverTable, index: DeleteIndex, changes: Sequence[Change],
-                  keys: Sequence[str], app_id: str, batch_id: int) -> Applied:
-    """One table's batch: newest change per key, MERGE into silver, then append the delete markers.
+def base_schema_of(changes: pa.Schema) -> pa.Schema:
+    """The base table's columns: the changes table's minus ``BATCH_COLUMN`` (same order)."""
+    return pa.schema([f for f in changes if f.name != BATCH_COLUMN])
 
-    Order matters for crash safety: silver first, markers after. A replay after a
-    crash between the two skips the MERGE (its transaction is recorded) and
+
+def append_changes(changes: DriverTable, deleted: DriverTable, index: DeleteIndex, batch: Sequence[Change],
+                   keys: Sequence[str], app_id: str, batch_id: int) -> Applied:
+    """One table's batch: newest change per key, appended to ``silver.<t>__changes``, then the delete markers.
+
+    Order matters for crash safety: changes first, markers after. A replay after a
+    crash between the two skips the append (its transaction is recorded) and
     appends the markers; the other order would let the replay's recorded
-    markers hide the batch's own deletes from a MERGE that never happened.
+    markers hide the batch's own deletes from changes that were never written.
     ``index`` learns the markers once they are committed.
     """
     from spark_jobs.silver.cdc import toastable_columns_of
 
-    rows = row_schema(silver.arrow_schema)
+    schema = base_schema_of(changes.arrow_schema)
+    rows = row_schema(schema)
     toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], keys)
-    newest = newest_changes(changes, rows, keys, toastable, index)
+    newest = newest_changes(batch, rows, keys, toastable, index)
     if not newest:
-        return Applied(0, 0, None, False, None)
-    metrics = merge_changes(silver.table, changes_table(newest, silver.arrow_schema), keys, toastable, app_id,
-                            silver.name, batch_id)
+        return Applied(0, 0, None, False)
+    table = changes_table(newest, schema)
+    table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
+    written = changes.write_once(table, app_id, batch_id, "append")
     markers = markers_table(newest, rows, keys, deleted.arrow_schema)
     if markers.num_rows:
         deleted.write_once(markers, app_id, batch_id, "append")
         index.add_table(markers, keys)
     stamps = [c.source_ts for c in newest if c.source_ts is not None]
-    return Applied(len(newest), markers.num_rows, max(stamps) if stamps else None, metrics is not None, metrics)
+    return Applied(len(newest), markers.num_rows, max(stamps) if stamps else None, written)
+
+
+def compaction_source(pending: pa.Table, keys: Sequence[str], toastable: Sequence[str]) -> pa.Table:
+    """Rows of ``silver.<t>__changes`` -> the MERGE source: the newest change per key across batches.
+
+    Per key, rows are ordered by position, then batch (as the view orders them);
+    a TOAST placeholder in the newest row takes the newest earlier value of the
+    key that is not the placeholder (NULL counts), as :func:`newest_changes` does
+    within a batch. Vectorised (Arrow sort + numpy): a compaction reads tens of
+    thousands of rows. ``BATCH_COLUMN`` is dropped.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    n = pending.num_rows
+    if n == 0:
+        return pending.drop_columns([BATCH_COLUMN])
+    order = [*keys, *POSITION_COLUMNS, BATCH_COLUMN]
+    t = pending.take(pc.sort_indices(pending, sort_keys=[(c, "ascending") for c in order]))
+    starts = np.zeros(n, dtype=bool)
+    starts[0] = True
+    for k in keys:
+        col = t.column(k)
+        starts[1:] |= pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    group = np.cumsum(starts)
+    last = np.append(starts[1:], True)
+    rows = np.arange(n)
+    for c in toastable:
+        col = t.column(c)
+        real = ~pc.fill_null(pc.equal(col, UNAVAILABLE_VALUE), False).to_numpy(zero_copy_only=False)
+        source = np.maximum.accumulate(np.where(real, rows, -1))  # newest real value at or before each row
+        usable = (source >= 0) & (group[np.clip(source, 0, None)] == group)
+        t = t.set_column(t.schema.get_field_index(c), c, col.take(pa.array(np.where(usable, source, rows))))
+    return t.filter(pa.array(last)).drop_columns([BATCH_COLUMN])
+
+
+def compact(base: DriverTable, pending: pa.Table, keys: Sequence[str], app_id: str, upto: int) -> dict[str, Any] | None:
+    """MERGE the pending changes (batches up to ``upto``) into ``silver.<t>__base``, once per ``upto``.
+
+    The statement is :func:`merge_changes`'s, guarded by position, so changes a
+    previous compaction merged already (kept one compaction longer, see
+    ``spark_jobs.silver.cdc``) are no-ops. Returns delta-rs's merge metrics, None
+    when nothing was pending or ``upto`` was merged before.
+    """
+    from spark_jobs.silver.cdc import toastable_columns_of
+
+    rows = row_schema(base.arrow_schema)
+    toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], keys)
+    source = compaction_source(pending, keys, toastable)
+    if source.num_rows == 0:
+        return None
+    source = source.select(base.arrow_schema.names).cast(base.arrow_schema)
+    return merge_changes(base.table, source, keys, toastable, app_id, base.name, upto)
 
 
 def markers_table(changes: Sequence[Change], rows: pa.Schema, keys: Sequence[str], markers: pa.Schema) -> pa.Table:

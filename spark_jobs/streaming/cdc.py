@@ -9,19 +9,23 @@ and, per table, in the driver:
    transaction ``<query id>:<table>`` carries the batch id, so a batch
    replayed after a crash is written once;
 2. parses the Debezium envelopes, keeps the newest change per key, drops
-   changes not newer than a recorded delete of that key, MERGEs into
-   ``silver.<table>`` guarded by the source position (so Connect re-sends are
-   no-ops) and appends the batch's delete markers to ``silver.<table>__deleted``
-   (``spark_jobs.silver.cdc_arrow``; the rules are in ``spark_jobs.silver.cdc``);
+   changes not newer than a recorded delete of that key, appends them to
+   ``silver.<table>__changes`` and the batch's delete markers to
+   ``silver.<table>__deleted`` (``spark_jobs.silver.cdc_arrow``; the rules are in
+   ``spark_jobs.silver.cdc``). ``silver.<table>`` is a view: the newest row per
+   key of ``silver.<table>__base`` and the pending changes (merge-on-read);
+   a background thread (:class:`Compactor`) MERGEs pending changes into the
+   base, position-guarded (so Connect re-sends are no-ops), once a table has
+   ``LAKE_STREAM_COMPACT_ROWS`` of them or ``LAKE_STREAM_COMPACT_SECONDS`` passed;
 3. appends every record it cannot parse or apply to ``quarantine.cdc`` (raw
    bytes, reason, Kafka coordinates), idempotently, and carries on;
-4. widens ``silver.<table>`` when PostgreSQL gained a column (type from the
-   PostgreSQL catalog: the records carry no schema; Spark ``ALTER TABLE``),
-   then re-parses the batch, losing nothing;
+4. widens the base and changes tables (and the view) when PostgreSQL gained a
+   column (type from the PostgreSQL catalog: the records carry no schema; Spark
+   ``ALTER TABLE``), then re-parses the batch, losing nothing;
 5. writes a progress file for ``lake stream status`` / ``lake stream wait``;
 6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` compacts (Spark OPTIMIZE) and
    vacuums the tables it owns, inside the batch loop, so no second driver
-   writes them.
+   writes them (the base tables: the compaction thread vacuums them).
 
 Back-pressure: ``maxOffsetsPerTrigger`` bounds every batch, so a backlog is
 consumed in bounded steps (and the driver holds one batch of raw records).
@@ -50,7 +54,8 @@ from spark_jobs.silver.cdc_arrow import (
     DeleteIndex,
     Parsed,
     Reject,
-    apply_changes,
+    append_changes,
+    compact,
     parse_records,
     quarantine_table,
     row_schema,
@@ -75,13 +80,14 @@ if TYPE_CHECKING:
 
 QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
-#: Delta table properties of the silver tables. The change data feed gives ``lake bench cdc`` the
-#: commit time of each applied change; delta-rs writes its files on MERGE. No deletion vectors: the
-#: MERGE runs in delta-rs (spark_jobs.silver.cdc_arrow), which cannot read them (delta-rs 1.6), so
-#: the tables are copy-on-write and maintenance OPTIMIZE compacts the rewritten files.
-SILVER_PROPS = {"delta.enableChangeDataFeed": "true"}
+#: Delta table properties of ``silver.<t>__changes``: the change data feed gives ``lake bench cdc``
+#: the commit time of each applied change (appends: the feed reads the added files).
+CHANGES_PROPS = {"delta.enableChangeDataFeed": "true"}
+#: Of ``silver.<t>__base``: each compaction rewrites most of it (delta-rs writes no deletion vectors),
+#: so its removed files are kept one day for time travel and readers of older versions, not Delta's 7.
+BASE_PROPS = {"delta.deletedFileRetentionDuration": "interval 1 days"}
 
-__all__ = ["QUERY", "TOPIC_PATTERN", "CdcApp", "source_column_types", "spark_type_for"]
+__all__ = ["QUERY", "TOPIC_PATTERN", "CdcApp", "Compactor", "source_column_types", "spark_type_for"]
 
 
 def spark_type_for(data_type: str, precision: int | None, scale: int | None) -> str:
@@ -132,7 +138,7 @@ class CdcApp:
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self.spark = spark
         self.settings = settings
-        owned = [name for c in CDC_TABLES.values() for name in (c.silver, c.deleted, c.bronze)]
+        owned = [name for c in CDC_TABLES.values() for name in (c.changes, c.deleted, c.bronze)]
         self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE])
         self.timings: dict[str, float] = {}
         self._progress_lock = threading.Lock()
@@ -140,19 +146,21 @@ class CdcApp:
         self.progress = read_json(status_path(settings)) or self.progress
         self.tables: dict[str, DriverTable] = {}
         self.deletes: dict[str, DeleteIndex] = {}
+        self.compactor = Compactor(settings, self.tables)
 
     # -- tables ---------------------------------------------------------------
 
     def ensure_tables(self) -> None:
         from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-        from spark_jobs.silver.cdc import SILVER_METADATA_COLUMNS
+        from spark_jobs.silver.cdc import BATCH_COLUMN, SILVER_METADATA_COLUMNS
 
         for db in ("bronze", "silver", "quarantine"):
             ensure_database(self.spark, self.settings, db)
         meta_types = {"_op": StringType(), "_snapshot_rank": IntegerType(), "_commit_lsn": LongType(),
                       "_change_lsn": LongType(), "_source_ts": TimestampType(), "_extra": StringType()}
         for contract in CDC_TABLES.values():
+            self._refuse_old_layout(contract)
             create_table(self.spark, self.settings, contract.bronze, bronze_schema(), ["ingest_date"])
             # Every silver column is nullable, the key too: delta-rs 1.6 MERGE with the change data feed checks
             # NOT NULL on an intermediate projection, where a source delete for a key silver lacks (insert
@@ -160,31 +168,50 @@ class CdcApp:
             # The parse rejects a change without its key, so silver never gets a NULL key.
             silver_schema = StructType([*[StructField(f.name, f.dataType, True) for f in contract.schema.fields],
                                         *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])
-            create_table(self.spark, self.settings, contract.silver, silver_schema, props=SILVER_PROPS)
+            create_table(self.spark, self.settings, contract.base, silver_schema, props=BASE_PROPS)
+            create_table(self.spark, self.settings, contract.changes,
+                         StructType([*silver_schema.fields, StructField(BATCH_COLUMN, LongType())]),
+                         [BATCH_COLUMN], props=CHANGES_PROPS)
             deleted_schema = StructType([*[contract.schema[k] for k in contract.keys],
                                          *[StructField(c, meta_types[c]) for c in
                                            ("_snapshot_rank", "_commit_lsn", "_change_lsn")]])
             # Delete markers: append-only (no MERGE), so no table properties needed.
             create_table(self.spark, self.settings, contract.deleted, deleted_schema)
-            self._ensure_props(contract.silver, SILVER_PROPS)
         create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
-        for name in [*[n for c in CDC_TABLES.values() for n in (c.bronze, c.silver, c.deleted)], QUARANTINE]:
+        for name in [*[n for c in CDC_TABLES.values() for n in (c.bronze, c.changes, c.deleted)], QUARANTINE]:
             self.tables[name] = DriverTable(self.settings, name)
         for contract in CDC_TABLES.values():
+            self._create_view(contract)
             index = DeleteIndex()
             index.add_table(self.tables[contract.deleted].read([*contract.keys, *POSITION_COLUMNS]), contract.keys)
             self.deletes[contract.table] = index
+            self.compactor.track(contract, pending=self.tables[contract.changes].table.version() > 0)
         print(f"lake stream: {QUERY}: delete markers loaded: "
               + ", ".join(f"{t} {len(i)}" for t, i in sorted(self.deletes.items())), flush=True)
 
-    def _ensure_props(self, table: str, props: dict[str, str]) -> None:
-        """Set ``props`` on a table created before they were part of its definition (idempotent)."""
-        current = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
-        missing = {k: v for k, v in props.items() if current.get(k, "").lower() != v}
-        if missing:
-            assignments = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items()))
-            print(f"lake stream: {table}: setting table properties {assignments}", flush=True)
-            self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({assignments})")
+    def _refuse_old_layout(self, contract: CdcTable) -> None:
+        """Stop, naming the fix, on a ``silver.<t>`` that is a table (the copy-on-write layout before 2026-11-25)."""
+        if not self.spark.catalog.tableExists(contract.silver):
+            return
+        kind = self.spark.catalog.getTable(contract.silver).tableType
+        if kind.upper() != "VIEW":
+            raise RuntimeError(
+                f"{contract.silver} is a {kind} table: silver CDC tables are merge-on-read now ({contract.base} + "
+                f"{contract.changes}, {contract.silver} their view) and there is no in-place upgrade before 1.0; "
+                "`make clean`, then `make up` (PostgreSQL is snapshotted again by the connector). See README, "
+                "'Upgrading'.")
+
+    def _create_view(self, contract: CdcTable) -> None:
+        """``CREATE OR REPLACE VIEW silver.<t>`` over the base and changes tables' current columns."""
+        from spark_jobs.silver.cdc import current_view_sql, toastable_columns_of
+        from spark_jobs.silver.cdc_arrow import base_schema_of
+
+        schema = base_schema_of(self.tables[contract.changes].arrow_schema)
+        rows = row_schema(schema)
+        toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], contract.keys)
+        select = current_view_sql(contract.base, contract.changes, schema.names, contract.keys, toastable)
+        self.spark.sql(f"CREATE OR REPLACE VIEW {contract.silver} COMMENT 'one row per key: {contract.base} "
+                       f"+ pending {contract.changes} (merge-on-read, spark_jobs.silver.cdc)' AS {select}")
 
     # -- the batch --------------------------------------------------------------
 
@@ -227,6 +254,7 @@ class CdcApp:
                                                "append")
         self.timings["quarantine"] = time.monotonic() - t0
         self._record_progress(per_partition.to_pylist(), batch_id, started)
+        self.compactor.after_batch(app_id, batch_id)
         self.maintenance.run_if_due()
 
     def _bronze(self, contract: CdcTable, part: pa.Table, ingest_time: datetime, app_id: str, batch_id: int) -> None:
@@ -238,23 +266,24 @@ class CdcApp:
         """Parse one table's records; widen silver first when PostgreSQL gained columns (then parse again)."""
         from spark_jobs.silver.cdc import added_columns
 
-        silver = self.tables[contract.silver]
-        rows = row_schema(silver.arrow_schema)
+        changes = self.tables[contract.changes]
+        rows = row_schema(changes.arrow_schema)
         parsed = parse_records(part, rows, contract.keys)
         added = added_columns(rows.names, parsed.extra_columns)
         if added:
             t = time.monotonic()
             self._widen(contract, added)
-            parsed = parse_records(part, row_schema(silver.arrow_schema), contract.keys)
+            parsed = parse_records(part, row_schema(changes.arrow_schema), contract.keys)
             self.timings[f"{contract.table}.silver.widen"] = time.monotonic() - t
         return parsed
 
     def _apply(self, contract: CdcTable, changes: list[Change], app_id: str, batch_id: int) -> None:
         t = time.monotonic()
-        done = apply_changes(self.tables[contract.silver], self.tables[contract.deleted],
-                             self.deletes[contract.table], changes, contract.keys, app_id, batch_id)
-        self.timings[f"{contract.table}.silver.merge"] = time.monotonic() - t
-        if not done.merged:
+        done = append_changes(self.tables[contract.changes], self.tables[contract.deleted],
+                              self.deletes[contract.table], changes, contract.keys, app_id, batch_id)
+        self.timings[f"{contract.table}.silver.append"] = time.monotonic() - t
+        self.compactor.appended(contract.table, done.changes)
+        if not done.written:
             return
         with self._progress_lock:
             table_progress = self.progress["tables"].setdefault(contract.silver, {})
@@ -264,12 +293,18 @@ class CdcApp:
                 table_progress["newest_change"] = max(newest_ts, table_progress.get("newest_change", ""))
 
     def _widen(self, contract: CdcTable, added: list[str]) -> None:
-        """``ALTER TABLE ... ADD COLUMNS``, each new column typed from the PostgreSQL catalog."""
+        """``ALTER TABLE ... ADD COLUMNS`` on base and changes, each new column typed from the PostgreSQL catalog.
+
+        Holds the table's compaction lock: the compaction thread writes the base.
+        """
         types = source_column_types(self.settings, "public", contract.table, added)
         cols = ", ".join(f"`{name}` {sql_type}" for name, sql_type in types.items())
         print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
-        self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
-        self.tables[contract.silver].reload_schema()
+        with self.compactor.lock(contract.table):
+            for name in (contract.base, contract.changes):
+                self.spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({cols})")
+            self.tables[contract.changes].reload_schema()
+            self._create_view(contract)
 
     def _record_progress(self, per_partition: list[dict[str, Any]], batch_id: int, started: float) -> None:
         offsets = {f"{r['topic']}:{r['partition']}": int(r["offset_max"]) for r in per_partition}
@@ -284,6 +319,120 @@ class CdcApp:
         for table in self.progress["tables"].values():
             table["last_batch"] = batch_id
         write_json_atomic(status_path(self.settings), self.progress)
+
+
+class Compactor:
+    """MERGEs each silver table's pending changes into its base, in one background thread.
+
+    The batch thread reports what it appended (:meth:`appended`), then calls
+    :meth:`after_batch`, which drops the changes of the compaction *before* the
+    newest finished one (the batch thread is the only writer of the changes
+    tables; the lag keeps what a query that read the base just before the newest
+    compaction needs) and, when none runs, starts a compaction of the tables
+    due. A failed compaction stops the query at the next batch, naming the
+    table; nothing is lost, the pending changes stay in the changes table (and
+    the view) until a later compaction merges them.
+    """
+
+    def __init__(self, settings: Settings, tables: dict[str, DriverTable]) -> None:
+        self.settings = settings
+        self.tables = tables  # the batch thread's open tables (the changes tables among them)
+        self.rows_due = settings.stream_compact_rows
+        self.seconds_due = settings.stream_compact_seconds
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lake-cdc-compact")
+        self._running: Future[None] | None = None
+        self._contracts: dict[str, CdcTable] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._rows: dict[str, int] = {}
+        self._since: dict[str, float | None] = {}
+        self._merged: dict[str, list[int]] = {}  # ``upto`` of this process's finished compactions, newest last
+        self._purged: dict[str, int] = {}
+
+    def track(self, contract: CdcTable, pending: bool) -> None:
+        """Manage ``contract``'s tables; ``pending``: its changes table may hold changes of an earlier run."""
+        t = contract.table
+        self._contracts[t] = contract
+        self._locks[t] = threading.Lock()
+        self._rows[t] = 0
+        self._since[t] = time.monotonic() - self.seconds_due if pending else None  # due at the first batch
+        self._merged[t] = []
+
+    def lock(self, table: str) -> threading.Lock:
+        """Held while ``table``'s base is compacted; a schema change of its tables takes it too."""
+        return self._locks[table]
+
+    def appended(self, table: str, rows: int) -> None:
+        if rows:
+            self._rows[table] += rows
+            if self._since[table] is None:
+                self._since[table] = time.monotonic()
+
+    def after_batch(self, app_id: str, batch_id: int) -> None:
+        self._purge()
+        if self._running is not None:
+            if not self._running.done():
+                return
+            self._running.result()  # re-raises a failed compaction (its message names the table)
+            self._running = None
+        now = time.monotonic()
+        due = [t for t in self._contracts
+               if self._rows[t] >= self.rows_due
+               or (self._since[t] is not None and now - (self._since[t] or now) >= self.seconds_due)]
+        if not due:
+            return
+        for t in due:
+            self._rows[t], self._since[t] = 0, None
+        self._running = self._pool.submit(self._compact, due, app_id, batch_id)
+
+    def wait(self) -> None:
+        """Block until the running compaction (if any) is done; re-raise its error."""
+        if self._running is not None:
+            self._running.result()
+
+    def _purge(self) -> None:
+        from spark_jobs.silver.cdc import BATCH_COLUMN
+        from spark_jobs.silver.cdc_arrow import quote
+
+        for t, merged in self._merged.items():
+            if len(merged) < 2 or merged[-2] <= self._purged.get(t, -1):
+                continue
+            upto = merged[-2]
+            changes = self.tables[self._contracts[t].changes]
+            started = time.monotonic()
+            changes.refresh()
+            # A predicate on the partition column only: delta-rs removes whole files, it rewrites none.
+            metrics = changes.table.delete(f"{quote(BATCH_COLUMN)} <= {upto}")
+            self._purged[t] = upto
+            print(f"lake stream: {QUERY}: dropped {metrics.get('num_deleted_rows', '?')} merged change(s) of "
+                  f"{changes.name} up to batch {upto} in {time.monotonic() - started:.2f} s", flush=True)
+
+    def _compact(self, tables: list[str], app_id: str, upto: int) -> None:
+        import pyarrow.compute as pc
+
+        from spark_jobs.silver.cdc import BATCH_COLUMN
+
+        for t in tables:
+            contract = self._contracts[t]
+            merged = self._merged[t]
+            try:
+                with self._locks[t]:
+                    started = time.monotonic()
+                    where = pc.field(BATCH_COLUMN) <= upto
+                    if merged:
+                        where = where & (pc.field(BATCH_COLUMN) > merged[-1])
+                    pending = DriverTable(self.settings, contract.changes).read(where=where)
+                    base = DriverTable(self.settings, contract.base)
+                    metrics = compact(base, pending, contract.keys, app_id, upto) or {}
+                    removed = base.vacuum()
+            except Exception as exc:
+                raise RuntimeError(f"{QUERY}: compaction of {contract.changes} (batches up to {upto}) into "
+                                   f"{contract.base} failed: {exc}") from exc
+            merged.append(upto)
+            summary = ", ".join(f"{metrics.get('num_target_rows_' + k, 0)} {k}"
+                                for k in ("inserted", "updated", "deleted"))
+            print(f"lake stream: {QUERY}: compacted {pending.num_rows} pending change(s) of {contract.silver} up "
+                  f"to batch {upto} into {contract.base} in {time.monotonic() - started:.1f} s ({summary}; "
+                  f"{removed} old file(s) vacuumed)", flush=True)
 
 
 def unknown_topic_rejects(part: pa.Table) -> list[Reject]:
