@@ -145,3 +145,30 @@ def test_added_column_flows_into_silver(cdc: Settings) -> None:
     run_loadgen(cdc, rate=300, duration=3, seed=66)
     _wait_and_verify(cdc)  # verify compares every PostgreSQL column, nickname included
     assert _silver_count("SELECT count(*) FROM silver.customers WHERE nickname LIKE 'Nick %'") == 5
+
+
+def _last_merge_ms(settings: Settings, table: str) -> int:
+    """Commit time (epoch ms) of the newest MERGE of ``table`` (0: none yet), read with delta-rs."""
+    from spark_jobs.driver_delta import DriverTable
+
+    history = DriverTable(settings, table).table.history(20)
+    return max((int(h["timestamp"]) for h in history if h.get("operation") == "MERGE"), default=0)
+
+
+def test_compaction_merges_pending_changes_into_the_base(cdc: Settings) -> None:
+    """Merge-on-read: changes of a load are MERGEd into silver.<t>__base by the background compaction
+    (within LAKE_STREAM_COMPACT_SECONDS), and silver still equals PostgreSQL afterwards."""
+    from spark_jobs.contracts.shop import CDC_TABLES
+
+    report = run_loadgen(cdc, rate=300, duration=6, seed=44)
+    assert report.total_changes > 300
+    _wait_and_verify(cdc)
+    applied_ms = int(time.time() * 1000)
+    deadline = time.monotonic() + cdc.stream_compact_seconds + 180
+    waiting = {c.base for c in CDC_TABLES.values()}
+    while waiting and time.monotonic() < deadline:
+        waiting = {t for t in waiting if _last_merge_ms(cdc, t) < applied_ms}
+        time.sleep(5)
+    assert not waiting, f"no compaction MERGE into {sorted(waiting)} within {cdc.stream_compact_seconds + 180} s"
+    assert _silver_count("SELECT count(*) FROM silver.customers__base") > 0
+    _wait_and_verify(cdc)
