@@ -25,7 +25,7 @@ and, per table, in the driver:
 5. writes a progress file for ``lake stream status`` / ``lake stream wait``;
 6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` compacts (Spark OPTIMIZE) and
    vacuums the tables it owns, inside the batch loop, so no second driver
-   writes them (the base tables: the compaction thread vacuums them).
+   writes them (the base and changes tables: the compaction thread vacuums them).
 
 Back-pressure: ``maxOffsetsPerTrigger`` bounds every batch, so a backlog is
 consumed in bounded steps (and the driver holds one batch of raw records).
@@ -81,8 +81,9 @@ if TYPE_CHECKING:
 QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
 #: Delta table properties of ``silver.<t>__changes``: the change data feed gives ``lake bench cdc``
-#: the commit time of each applied change (appends: the feed reads the added files).
-CHANGES_PROPS = {"delta.enableChangeDataFeed": "true"}
+#: the commit time of each applied change (appends: the feed reads the added files). One file per
+#: batch, dropped after the compaction: removed files are kept one day, not Delta's 7.
+CHANGES_PROPS = {"delta.enableChangeDataFeed": "true", "delta.deletedFileRetentionDuration": "interval 1 days"}
 #: Of ``silver.<t>__base``: each compaction rewrites most of it (delta-rs writes no deletion vectors),
 #: so its removed files are kept one day for time travel and readers of older versions, not Delta's 7.
 BASE_PROPS = {"delta.deletedFileRetentionDuration": "interval 1 days"}
@@ -138,7 +139,8 @@ class CdcApp:
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self.spark = spark
         self.settings = settings
-        owned = [name for c in CDC_TABLES.values() for name in (c.changes, c.deleted, c.bronze)]
+        # The base and changes tables are the compaction thread's to clean (Compactor).
+        owned = [name for c in CDC_TABLES.values() for name in (c.deleted, c.bronze)]
         self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE])
         self.timings: dict[str, float] = {}
         self._progress_lock = threading.Lock()
@@ -279,8 +281,9 @@ class CdcApp:
 
     def _apply(self, contract: CdcTable, changes: list[Change], app_id: str, batch_id: int) -> None:
         t = time.monotonic()
-        done = append_changes(self.tables[contract.changes], self.tables[contract.deleted],
-                              self.deletes[contract.table], changes, contract.keys, app_id, batch_id)
+        with self.compactor.write_lock(contract.table):
+            done = append_changes(self.tables[contract.changes], self.tables[contract.deleted],
+                                  self.deletes[contract.table], changes, contract.keys, app_id, batch_id)
         self.timings[f"{contract.table}.silver.append"] = time.monotonic() - t
         self.compactor.appended(contract.table, done.changes)
         if not done.written:
@@ -300,7 +303,7 @@ class CdcApp:
         types = source_column_types(self.settings, "public", contract.table, added)
         cols = ", ".join(f"`{name}` {sql_type}" for name, sql_type in types.items())
         print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
-        with self.compactor.lock(contract.table):
+        with self.compactor.lock(contract.table), self.compactor.write_lock(contract.table):
             for name in (contract.base, contract.changes):
                 self.spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({cols})")
             self.tables[contract.changes].reload_schema()
@@ -324,14 +327,17 @@ class CdcApp:
 class Compactor:
     """MERGEs each silver table's pending changes into its base, in one background thread.
 
-    The batch thread reports what it appended (:meth:`appended`), then calls
-    :meth:`after_batch`, which drops the changes of the compaction *before* the
-    newest finished one (the batch thread is the only writer of the changes
-    tables; the lag keeps what a query that read the base just before the newest
-    compaction needs) and, when none runs, starts a compaction of the tables
-    due. A failed compaction stops the query at the next batch, naming the
-    table; nothing is lost, the pending changes stay in the changes table (and
-    the view) until a later compaction merges them.
+    The thread wakes every second and compacts the tables due (``rows_due``
+    pending changes, or the oldest ``seconds_due`` old), whether or not batches
+    arrive (Spark calls ``foreachBatch`` only for batches with data, so an idle
+    stream still gets its last changes compacted). After a table's compaction it
+    drops that table's changes of the compaction *before* it (the lag keeps what
+    a query that read the base just before the newest compaction needs). The
+    batch thread appends to the changes tables under :meth:`write_lock` and the
+    drop takes it too, so the two never commit to a table at once. A failed
+    compaction stops the query at its next batch (:meth:`after_batch`), naming
+    the table; nothing is lost, the pending changes stay in the changes table
+    (and the view) until a later compaction merges them.
     """
 
     def __init__(self, settings: Settings, tables: dict[str, DriverTable]) -> None:
@@ -339,20 +345,24 @@ class Compactor:
         self.tables = tables  # the batch thread's open tables (the changes tables among them)
         self.rows_due = settings.stream_compact_rows
         self.seconds_due = settings.stream_compact_seconds
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lake-cdc-compact")
-        self._running: Future[None] | None = None
         self._contracts: dict[str, CdcTable] = {}
         self._locks: dict[str, threading.Lock] = {}
+        self._write_locks: dict[str, threading.Lock] = {}
         self._rows: dict[str, int] = {}
         self._since: dict[str, float | None] = {}
         self._merged: dict[str, list[int]] = {}  # ``upto`` of this process's finished compactions, newest last
         self._purged: dict[str, int] = {}
+        self._app_id: str | None = None
+        self._last_batch = -1
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
     def track(self, contract: CdcTable, pending: bool) -> None:
         """Manage ``contract``'s tables; ``pending``: its changes table may hold changes of an earlier run."""
         t = contract.table
         self._contracts[t] = contract
         self._locks[t] = threading.Lock()
+        self._write_locks[t] = threading.Lock()
         self._rows[t] = 0
         self._since[t] = time.monotonic() - self.seconds_due if pending else None  # due at the first batch
         self._merged[t] = []
@@ -361,6 +371,10 @@ class Compactor:
         """Held while ``table``'s base is compacted; a schema change of its tables takes it too."""
         return self._locks[table]
 
+    def write_lock(self, table: str) -> threading.Lock:
+        """Held by whoever commits to ``table``'s changes table (the batch's append, the drop of merged changes)."""
+        return self._write_locks[table]
+
     def appended(self, table: str, rows: int) -> None:
         if rows:
             self._rows[table] += rows
@@ -368,71 +382,80 @@ class Compactor:
                 self._since[table] = time.monotonic()
 
     def after_batch(self, app_id: str, batch_id: int) -> None:
-        self._purge()
-        if self._running is not None:
-            if not self._running.done():
-                return
-            self._running.result()  # re-raises a failed compaction (its message names the table)
-            self._running = None
+        """Record the batch (its changes are committed); re-raise a failed compaction; start the thread once."""
+        if self._error is not None:
+            raise self._error
+        self._app_id, self._last_batch = app_id, batch_id
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lake-cdc-compact", daemon=True)
+            self._thread.start()
+
+    def _due(self) -> list[str]:
         now = time.monotonic()
-        due = [t for t in self._contracts
-               if self._rows[t] >= self.rows_due
-               or (self._since[t] is not None and now - (self._since[t] or now) >= self.seconds_due)]
-        if not due:
-            return
-        for t in due:
-            self._rows[t], self._since[t] = 0, None
-        self._running = self._pool.submit(self._compact, due, app_id, batch_id)
+        return [t for t, since in self._since.items()
+                if self._rows[t] >= self.rows_due or (since is not None and now - since >= self.seconds_due)]
 
-    def wait(self) -> None:
-        """Block until the running compaction (if any) is done; re-raise its error."""
-        if self._running is not None:
-            self._running.result()
+    def _run(self) -> None:
+        # A daemon thread: a driver stopping mid-MERGE is a crash the MERGE survives (its commit is atomic,
+        # the changes stay until a later compaction in the next run merges them).
+        while self._error is None:
+            time.sleep(1.0)
+            upto, app_id = self._last_batch, self._app_id
+            for t in self._due():
+                self._rows[t], self._since[t] = 0, None
+                try:
+                    self._compact(t, str(app_id), upto)
+                    self._purge(t)
+                except Exception as exc:  # noqa: BLE001 -- surfaced by after_batch: the query fails, is restarted
+                    self._error = exc
+                    print(f"lake stream: {QUERY}: {exc}", flush=True)
+                    return
 
-    def _purge(self) -> None:
+    def _purge(self, t: str) -> None:
         from spark_jobs.silver.cdc import BATCH_COLUMN
         from spark_jobs.silver.cdc_arrow import quote
 
-        for t, merged in self._merged.items():
-            if len(merged) < 2 or merged[-2] <= self._purged.get(t, -1):
-                continue
-            upto = merged[-2]
-            changes = self.tables[self._contracts[t].changes]
-            started = time.monotonic()
+        merged = self._merged[t]
+        if len(merged) < 2 or merged[-2] <= self._purged.get(t, -1):
+            return
+        upto = merged[-2]
+        changes = self.tables[self._contracts[t].changes]
+        started = time.monotonic()
+        with self._write_locks[t]:
             changes.refresh()
             # A predicate on the partition column only: delta-rs removes whole files, it rewrites none.
             metrics = changes.table.delete(f"{quote(BATCH_COLUMN)} <= {upto}")
-            self._purged[t] = upto
-            print(f"lake stream: {QUERY}: dropped {metrics.get('num_deleted_rows', '?')} merged change(s) of "
-                  f"{changes.name} up to batch {upto} in {time.monotonic() - started:.2f} s", flush=True)
+            removed = changes.vacuum()
+        self._purged[t] = upto
+        print(f"lake stream: {QUERY}: dropped {metrics.get('num_deleted_rows', '?')} merged change(s) of "
+              f"{changes.name} up to batch {upto} in {time.monotonic() - started:.2f} s ({removed} old file(s) "
+              "vacuumed)", flush=True)
 
-    def _compact(self, tables: list[str], app_id: str, upto: int) -> None:
+    def _compact(self, t: str, app_id: str, upto: int) -> None:
         import pyarrow.compute as pc
 
         from spark_jobs.silver.cdc import BATCH_COLUMN
 
-        for t in tables:
-            contract = self._contracts[t]
-            merged = self._merged[t]
-            try:
-                with self._locks[t]:
-                    started = time.monotonic()
-                    where = pc.field(BATCH_COLUMN) <= upto
-                    if merged:
-                        where = where & (pc.field(BATCH_COLUMN) > merged[-1])
-                    pending = DriverTable(self.settings, contract.changes).read(where=where)
-                    base = DriverTable(self.settings, contract.base)
-                    metrics = compact(base, pending, contract.keys, app_id, upto) or {}
-                    removed = base.vacuum()
-            except Exception as exc:
-                raise RuntimeError(f"{QUERY}: compaction of {contract.changes} (batches up to {upto}) into "
-                                   f"{contract.base} failed: {exc}") from exc
-            merged.append(upto)
-            summary = ", ".join(f"{metrics.get('num_target_rows_' + k, 0)} {k}"
-                                for k in ("inserted", "updated", "deleted"))
-            print(f"lake stream: {QUERY}: compacted {pending.num_rows} pending change(s) of {contract.silver} up "
-                  f"to batch {upto} into {contract.base} in {time.monotonic() - started:.1f} s ({summary}; "
-                  f"{removed} old file(s) vacuumed)", flush=True)
+        contract = self._contracts[t]
+        merged = self._merged[t]
+        try:
+            with self._locks[t]:
+                started = time.monotonic()
+                where = pc.field(BATCH_COLUMN) <= upto
+                if merged:
+                    where = where & (pc.field(BATCH_COLUMN) > merged[-1])
+                pending = DriverTable(self.settings, contract.changes).read(where=where)
+                base = DriverTable(self.settings, contract.base)
+                metrics = compact(base, pending, contract.keys, app_id, upto) or {}
+                removed = base.vacuum()
+        except Exception as exc:
+            raise RuntimeError(f"compaction of {contract.changes} (batches up to {upto}) into {contract.base} "
+                               f"failed: {exc}") from exc
+        merged.append(upto)
+        summary = ", ".join(f"{metrics.get('num_target_rows_' + k, 0)} {k}" for k in ("inserted", "updated", "deleted"))
+        print(f"lake stream: {QUERY}: compacted {pending.num_rows} pending change(s) of {contract.silver} up "
+              f"to batch {upto} into {contract.base} in {time.monotonic() - started:.1f} s ({summary}; "
+              f"{removed} old file(s) vacuumed)", flush=True)
 
 
 def unknown_topic_rejects(part: pa.Table) -> list[Reject]:
