@@ -192,7 +192,7 @@ class CdcApp:
               + ", ".join(f"{t} {len(i)}" for t, i in sorted(self.deletes.items())), flush=True)
 
     def _refuse_old_layout(self, contract: CdcTable) -> None:
-        """Stop, naming the fix, on a ``silver.<t>`` that is a table (the copy-on-write layout before 2026-11-25)."""
+        """Stop, naming the fix, on a ``silver.<t>`` that is a table (the copy-on-write layout before merge-on-read)."""
         if not self.spark.catalog.tableExists(contract.silver):
             return
         kind = self.spark.catalog.getTable(contract.silver).tableType
