@@ -164,6 +164,9 @@ def test_compaction_merges_pending_changes_into_the_base(cdc: Settings) -> None:
     assert report.total_changes > 300
     _wait_and_verify(cdc)
     applied_ms = int(time.time() * 1000)
+    # A compaction may have run while the load was applied and left nothing pending: a few more changes make
+    # sure one is due after `applied_ms`, and it merges everything pending by then, the load included.
+    assert run_loadgen(cdc, rate=100, duration=2, seed=45).total_changes > 0
     deadline = time.monotonic() + cdc.stream_compact_seconds + 180
     waiting = {c.base for c in CDC_TABLES.values()}
     while waiting and time.monotonic() < deadline:
