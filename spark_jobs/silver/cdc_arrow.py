@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Applied", "Change", "DeleteIndex", "Parsed", "Reject", "append_changes", "base_schema_of", "compact",
     "compaction_source", "merge_changes", "newest_changes", "parse_records", "quarantine_table", "row_schema",
-    "sql_type_name",
+    "sql_type_name", "toastable_of",
 ]
 
 Position = tuple[int, int, int]
@@ -226,6 +226,13 @@ class Parsed:
 def row_schema(silver: pa.Schema) -> pa.Schema:
     """The row image part of a silver table's Arrow schema (its columns minus the metadata and batch id)."""
     return pa.schema([f for f in silver if f.name not in SILVER_METADATA_COLUMNS and f.name != BATCH_COLUMN])
+
+
+def toastable_of(silver: pa.Schema, keys: Sequence[str]) -> list[str]:
+    """TOAST-able columns of a silver (base or changes) Arrow schema: its non-key string row columns."""
+    from spark_jobs.silver.cdc import toastable_columns_of
+
+    return toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in row_schema(silver)], keys)
 
 
 def _as_long(v: Any) -> int | None:
@@ -544,12 +551,9 @@ def append_changes(changes: DriverTable, deleted: DriverTable, index: DeleteInde
     markers hide the batch's own deletes from changes that were never written.
     ``index`` learns the markers once they are committed.
     """
-    from spark_jobs.silver.cdc import toastable_columns_of
-
     schema = base_schema_of(changes.arrow_schema)
     rows = row_schema(schema)
-    toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], keys)
-    newest = newest_changes(batch, rows, keys, toastable, index)
+    newest = newest_changes(batch, rows, keys, toastable_of(schema, keys), index)
     if not newest:
         return Applied(0, 0, None, False)
     table = changes_table(newest, schema)
@@ -605,10 +609,7 @@ def compact(base: DriverTable, pending: pa.Table, keys: Sequence[str], app_id: s
     ``spark_jobs.silver.cdc``) are no-ops. Returns delta-rs's merge metrics, None
     when nothing was pending or ``upto`` was merged before.
     """
-    from spark_jobs.silver.cdc import toastable_columns_of
-
-    rows = row_schema(base.arrow_schema)
-    toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], keys)
+    toastable = toastable_of(base.arrow_schema, keys)
     source = compaction_source(pending, keys, toastable)
     if source.num_rows == 0:
         return None

@@ -205,13 +205,12 @@ class CdcApp:
 
     def _create_view(self, contract: CdcTable) -> None:
         """``CREATE OR REPLACE VIEW silver.<t>`` over the base and changes tables' current columns."""
-        from spark_jobs.silver.cdc import current_view_sql, toastable_columns_of
-        from spark_jobs.silver.cdc_arrow import base_schema_of
+        from spark_jobs.silver.cdc import current_view_sql
+        from spark_jobs.silver.cdc_arrow import base_schema_of, toastable_of
 
         schema = base_schema_of(self.tables[contract.changes].arrow_schema)
-        rows = row_schema(schema)
-        toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], contract.keys)
-        select = current_view_sql(contract.base, contract.changes, schema.names, contract.keys, toastable)
+        select = current_view_sql(contract.base, contract.changes, schema.names, contract.keys,
+                                  toastable_of(schema, contract.keys))
         self.spark.sql(f"CREATE OR REPLACE VIEW {contract.silver} COMMENT 'one row per key: {contract.base} "
                        f"+ pending {contract.changes} (merge-on-read, spark_jobs.silver.cdc)' AS {select}")
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from spark_jobs.driver_delta import DriverTable
-from spark_jobs.silver.cdc import BATCH_COLUMN, UNAVAILABLE_VALUE, current_view_sql, toastable_columns_of
+from spark_jobs.silver.cdc import BATCH_COLUMN, UNAVAILABLE_VALUE, current_view_sql
 from spark_jobs.silver.cdc_arrow import (
     DeleteIndex,
     append_changes,
@@ -32,6 +32,7 @@ from spark_jobs.silver.cdc_arrow import (
     newest_changes,
     parse_records,
     row_schema,
+    toastable_of,
 )
 from tests.unit.test_cdc_parse import KEYS, ROWS, UTC_US, Record, change, raw, row, tombstone
 
@@ -82,8 +83,7 @@ class Lake:
     def view(self) -> pa.Table:
         """The silver view's SQL over the current base and changes tables (a local Spark; no Delta jars needed)."""
         names = [f.name for f in self.base.arrow_schema]
-        toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in row_schema(
-            self.base.arrow_schema)], KEYS)
+        toastable = toastable_of(self.base.arrow_schema, KEYS)
         self.spark.createDataFrame(self.base.read()).createOrReplaceTempView("cdc_base")
         self.spark.createDataFrame(self.changes.read()).createOrReplaceTempView("cdc_changes")
         return self.spark.sql(current_view_sql("cdc_base", "cdc_changes", names, KEYS, toastable)).toArrow()
@@ -320,7 +320,7 @@ def _copy_on_write(table: DriverTable, deleted: DriverTable, index: DeleteIndex,
     """The reference: the per-batch MERGE into one table that merge-on-read replaced (same rules, no view)."""
     parsed = parse_records(raw(records, offset), row_schema(table.arrow_schema), KEYS)
     rows = row_schema(table.arrow_schema)
-    toastable = toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in rows], KEYS)
+    toastable = toastable_of(table.arrow_schema, KEYS)
     newest = newest_changes(parsed.changes, rows, KEYS, toastable, index)
     if newest:
         merge_changes(table.table, changes_table(newest, table.arrow_schema), KEYS, toastable, "ref", "ref", batch_id)
