@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from spark_jobs.loadgen.cdc import DEFAULT_CONNECTIONS
 from spark_jobs.settings import Settings
 
 
@@ -132,10 +133,11 @@ class _Driver:
 
 
 def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
-              driver_mode: str = "supervised", warmup: float = 60, async_commit: bool = False) -> dict[str, Any]:
+              driver_mode: str = "supervised", warmup: float = 60, async_commit: bool = False,
+              connections: int = DEFAULT_CONNECTIONS) -> dict[str, Any]:
     driver = _Driver(settings, driver_mode)
     try:
-        return _bench_cdc(settings, rate, duration, backlog_seconds, seed, driver, warmup, async_commit)
+        return _bench_cdc(settings, rate, duration, backlog_seconds, seed, driver, warmup, async_commit, connections)
     finally:
         if driver_mode == "own":
             driver.stop()  # never leave our child driver running
@@ -162,9 +164,13 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
 
 
 def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
-               driver: _Driver, warmup: float, async_commit: bool) -> dict[str, Any]:
+               driver: _Driver, warmup: float, async_commit: bool, connections: int) -> dict[str, Any]:
+    from functools import partial
+
     from spark_jobs import stream_control
-    from spark_jobs.loadgen.cdc import run as loadgen
+    from spark_jobs.loadgen.cdc import run
+
+    loadgen = partial(run, connections=connections)
     from spark_jobs.session import build_session
 
     _require_running_connector(settings)
@@ -240,7 +246,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     }
     print("bench: ratios " + json.dumps(ratios), flush=True)
     return {"steady": steady, "catch_up": catch_up, "ratios": ratios, "driver": driver.mode,
-            "loadgen_commit": "async" if async_commit else "sync"}
+            "loadgen_commit": "async" if async_commit else "sync", "loadgen_connections": connections}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -260,8 +266,12 @@ def main(argv: Sequence[str]) -> int:
                         help="the loadgen's sessions commit with synchronous_commit=off (as `lake loadgen cdc "
                              "--async-commit`): a higher reachable rate where WAL flushes limit it; latency is still "
                              "from the PostgreSQL commit")
+    parser.add_argument("--connections", type=int, default=DEFAULT_CONNECTIONS,
+                        help=f"the loadgen's sessions (default {DEFAULT_CONNECTIONS}, as `lake loadgen cdc --connections`)")
     args = parser.parse_args([a for a in argv if a != "--"])
+    if args.connections < 1:
+        parser.error(f"--connections must be >= 1, got {args.connections}")
     result = bench_cdc(load_settings(), args.rate, args.duration, args.backlog_seconds, args.seed, args.driver,
-                       args.warmup, args.async_commit)
+                       args.warmup, args.async_commit, args.connections)
     print(json.dumps(result, indent=2))
     return 0

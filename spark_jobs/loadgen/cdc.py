@@ -15,6 +15,11 @@ Determinism: :func:`load_state` reads the keys that exist (ordered), then
 :class:`Op` values (SQL and parameters) without touching the database; the
 executor only runs them. The same seed on the same starting rows therefore
 gives the same operation sequence, which :func:`plan_digest` summarises.
+Several sessions (``--connections``) run the ops concurrently: each op names
+the rows it writes and the foreign-key parents it reads, and
+:class:`Scheduler` keeps ops on the same rows in plan order, so the rows left
+behind are the plan's whatever the interleaving (one session was the limit:
+~1,500 commits/s with the stream idle, below 1,000/s beside it).
 Every run opens with a fixed prelude of edge-case ops (one op in three, see
 ``PRELUDE``) and rolls back its 5th op, so even a few hundred changes cover
 every case; after that ops are drawn by ``OP_WEIGHTS``.
@@ -34,7 +39,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     from spark_jobs.settings import Settings
 
 TABLES = ("customers", "products", "orders", "order_items")
+DEFAULT_CONNECTIONS = 4  # sessions running ops at once (see Scheduler); 1 gives the plan's commit order
 NEW_ID_FLOOR = 1000  # new rows get ids above this; the seeded snapshot rows stay recognisable
 BIG_TEXT_CHARS = 12_000  # > 8 KB even in ASCII, and too random for pglz: stored out of line
 CENT = Decimal("0.01")
@@ -73,6 +79,7 @@ CURRENCIES = ("EUR", "EUR", "EUR", "USD", "JPY", "CHF")
 TEXT_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;äöüßéèñçøåłżœ東京語€✓"
 
 ChangeKind = Literal["insert", "update", "delete"]
+Key = tuple[str, int]  # ("customers", 1001): a row the scheduler orders ops on
 StmtKind = Literal["insert", "update", "delete", "savepoint", "rollback_to_savepoint"]
 
 
@@ -116,6 +123,8 @@ class Op:
     rollback: bool = False
     interleave: tuple[Stmt, ...] = ()
     interleave_at: int = 0
+    writes: frozenset[Key] = frozenset()  # rows the op inserts, updates or deletes (an order stands for its items)
+    reads: frozenset[Key] = frozenset()  # rows it needs to exist: foreign-key parents it does not change
 
     def committed_changes(self) -> int:
         """Row changes this op leaves behind when it commits (0 for a rolled-back op)."""
@@ -401,6 +410,15 @@ class WeightedChooser:
         return self.names[-1]
 
 
+def _rows(table: str, *ids: int) -> frozenset[Key]:
+    return frozenset((table, i) for i in ids)
+
+
+def _item_refs(items: dict[int, Item]) -> frozenset[Key]:
+    """The products order items reference (foreign-key parents: they must exist first)."""
+    return frozenset(("products", it.product_id) for it in items.values())
+
+
 def _money(value: Decimal) -> Decimal:
     return value.quantize(CENT, rounding=ROUND_HALF_EVEN)
 
@@ -453,7 +471,7 @@ class Planner:
             planned = self._plan_insert_customer()
         op, apply = planned
         if rollback:
-            return Op(op.name, op.statements, rollback=True)
+            return replace(op, rollback=True, interleave=(), interleave_at=0)
         apply()
         return op
 
@@ -551,7 +569,7 @@ class Planner:
         st.next_customer_id += 1
         big = self.rng.random() < 0.15
         stmt = self._customer_insert_stmt(cid, big)
-        return Op("insert_customer", (stmt,)), lambda: st.add_customer(cid, big=big)
+        return Op("insert_customer", (stmt,), writes=_rows("customers", cid)), lambda: st.add_customer(cid, big=big)
 
     def _plan_insert_product(self) -> tuple[Op, Apply]:
         st, rng = self.state, self.rng
@@ -566,7 +584,7 @@ class Planner:
                     "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
                     (pid, f"LG-{self._serial()}", rng.choice(PRODUCT_NAMES), desc, price, attrs, rng.random() < 0.9, Now()),
                     rows=1)
-        return Op("insert_product", (stmt,)), lambda: st.add_product(pid, price, big=big)
+        return Op("insert_product", (stmt,), writes=_rows("products", pid)), lambda: st.add_product(pid, price, big=big)
 
     def _plan_insert_order(self) -> tuple[Op, Apply] | None:
         st, rng = self.state, self.rng
@@ -590,7 +608,9 @@ class Planner:
                 st.add_customer(cid)
             st.add_order(oid, order)
 
-        return Op("insert_order", tuple(stmts)), apply
+        customer = _rows("customers", cid)
+        return Op("insert_order", tuple(stmts), writes=_rows("orders", oid) | (customer if new_customer else frozenset()),
+                  reads=_item_refs(order.items) | (frozenset() if new_customer else customer)), apply
 
     # -- orders
     def _status_stmt(self, oid: int, status: str) -> Stmt:
@@ -607,7 +627,7 @@ class Planner:
         def apply() -> None:
             order.status = new
 
-        return Op("order_status", (self._status_stmt(oid, new),)), apply
+        return Op("order_status", (self._status_stmt(oid, new),), writes=_rows("orders", oid)), apply
 
     def _plan_order_twice(self) -> tuple[Op, Apply] | None:
         """The same order updated twice (or three times) in one transaction."""
@@ -631,7 +651,7 @@ class Planner:
         def apply() -> None:
             order.status = final
 
-        return Op("order_twice", tuple(stmts)), apply
+        return Op("order_twice", tuple(stmts), writes=_rows("orders", oid)), apply
 
     def _plan_order_add_item(self) -> tuple[Op, Apply] | None:
         st = self.state
@@ -648,7 +668,7 @@ class Planner:
             order.items[line_no] = new_item
             st.deleted_items.discard((oid, line_no))
 
-        return Op("order_add_item", stmts), apply
+        return Op("order_add_item", stmts, writes=_rows("orders", oid), reads=_item_refs({line_no: new_item})), apply
 
     def _plan_item_update(self) -> tuple[Op, Apply] | None:
         rng = self.rng
@@ -671,7 +691,7 @@ class Planner:
         def apply() -> None:
             order.items[line_no] = new
 
-        return Op("item_update", stmts), apply
+        return Op("item_update", stmts, writes=_rows("orders", oid)), apply
 
     def _plan_item_delete(self) -> tuple[Op, Apply] | None:
         st = self.state
@@ -691,7 +711,7 @@ class Planner:
             del order.items[line_no]
             st.deleted_items.add((oid, line_no))
 
-        return Op("item_delete", stmts), apply
+        return Op("item_delete", stmts, writes=_rows("orders", oid)), apply
 
     def _plan_order_delete(self) -> tuple[Op, Apply] | None:
         st = self.state
@@ -707,7 +727,8 @@ class Planner:
                 st.deleted_items.discard((oid, line_no))
             st.remove_order(oid)
 
-        return Op("order_delete", (stmt,)), apply
+        # Reads its customer: a delete of that customer (possible once it has no orders) must wait for this.
+        return Op("order_delete", (stmt,), writes=_rows("orders", oid), reads=_rows("customers", order.customer_id)), apply
 
     def _plan_order_reinsert(self) -> tuple[Op, Apply] | None:
         """Insert an order (and items) under the key of a deleted order."""
@@ -719,7 +740,8 @@ class Planner:
         if cid not in st.customers:
             cid = st.customers.choice(rng)
         stmts, order = self._order_insert_stmts(oid, cid, rng.randint(1, 3))
-        return Op("order_reinsert", tuple(stmts)), lambda: st.add_order(oid, order)
+        return Op("order_reinsert", tuple(stmts), writes=_rows("orders", oid),
+                  reads=_rows("customers", cid) | _item_refs(order.items)), lambda: st.add_order(oid, order)
 
     def _plan_item_reinsert(self) -> tuple[Op, Apply] | None:
         """Insert an order item under the (order_id, line_no) of a deleted one."""
@@ -738,7 +760,7 @@ class Planner:
             order.items[line_no] = item
             st.deleted_items.discard((oid, line_no))
 
-        return Op("item_reinsert", stmts), apply
+        return Op("item_reinsert", stmts, writes=_rows("orders", oid), reads=_item_refs({line_no: item})), apply
 
     def _plan_item_renumber(self) -> tuple[Op, Apply] | None:
         """Primary-key changes on order_items: close gaps in line_no, else move the first line last."""
@@ -763,7 +785,7 @@ class Planner:
                 st.deleted_items.add((oid, old))
                 st.deleted_items.discard((oid, new))
 
-        return Op("item_renumber", stmts), apply
+        return Op("item_renumber", stmts, writes=_rows("orders", oid)), apply
 
     # -- customers
     def _plan_customer_update(self) -> tuple[Op, Apply]:
@@ -793,8 +815,8 @@ class Planner:
                         (Now(), cid), rows=1)
             again = Stmt("update", "customers", "UPDATE customers SET loyalty_tier = %s, updated_at = %s WHERE customer_id = %s",
                          (rng.choice(TIERS), Now(1), cid), rows=1)
-            return Op("customer_update", (stmt, again)), lambda: None
-        return Op("customer_update", (stmt,)), lambda: None
+            return Op("customer_update", (stmt, again), writes=_rows("customers", cid)), lambda: None
+        return Op("customer_update", (stmt,), writes=_rows("customers", cid)), lambda: None
 
     def _plan_customer_big_notes(self) -> tuple[Op, Apply]:
         """Rewrite ``notes`` with a TOAST-size value (or, sometimes, shrink it to NULL)."""
@@ -811,7 +833,7 @@ class Planner:
             else:
                 st.big_notes.add(cid)
 
-        return Op("customer_big_notes", (stmt,)), apply
+        return Op("customer_big_notes", (stmt,), writes=_rows("customers", cid)), apply
 
     def _plan_customer_delete(self) -> tuple[Op, Apply] | None:
         st = self.state
@@ -819,7 +841,7 @@ class Planner:
             return None
         cid = st.orderless.choice(self.rng)
         stmt = Stmt("delete", "customers", "DELETE FROM customers WHERE customer_id = %s", (cid,), rows=1)
-        return Op("customer_delete", (stmt,)), lambda: st.remove_customer(cid)
+        return Op("customer_delete", (stmt,), writes=_rows("customers", cid)), lambda: st.remove_customer(cid)
 
     def _plan_customer_reinsert(self) -> tuple[Op, Apply] | None:
         st = self.state
@@ -828,7 +850,7 @@ class Planner:
         cid = st.deleted_customers.choice(self.rng)
         big = self.rng.random() < 0.3
         stmt = self._customer_insert_stmt(cid, big)
-        return Op("customer_reinsert", (stmt,)), lambda: st.add_customer(cid, big=big)
+        return Op("customer_reinsert", (stmt,), writes=_rows("customers", cid)), lambda: st.add_customer(cid, big=big)
 
     def _plan_customer_pk_change(self) -> tuple[Op, Apply] | None:
         """``UPDATE customers SET customer_id = new``: Debezium sends a delete of the old key and a create."""
@@ -846,7 +868,7 @@ class Planner:
             st.remove_customer(old)
             st.add_customer(new, big=big)
 
-        return Op("customer_pk_change", (stmt,)), apply
+        return Op("customer_pk_change", (stmt,), writes=_rows("customers", old, new)), apply
 
     # -- products
     def _plan_product_price(self) -> tuple[Op, Apply] | None:
@@ -861,7 +883,7 @@ class Planner:
         def apply() -> None:
             st.products[pid] = price
 
-        return Op("product_price", (stmt,)), apply
+        return Op("product_price", (stmt,), writes=_rows("products", pid)), apply
 
     def _plan_product_update(self) -> tuple[Op, Apply] | None:
         st, rng = self.state, self.rng
@@ -872,7 +894,7 @@ class Planner:
         stmt = Stmt("update", "products",
                     "UPDATE products SET name = %s, attributes = %s::jsonb, active = %s, updated_at = %s WHERE product_id = %s",
                     (rng.choice(PRODUCT_NAMES), attrs, rng.random() < 0.8, Now(), pid), rows=1)
-        return Op("product_update", (stmt,)), lambda: None
+        return Op("product_update", (stmt,), writes=_rows("products", pid)), lambda: None
 
     def _plan_product_big_description(self) -> tuple[Op, Apply] | None:
         st = self.state
@@ -881,7 +903,7 @@ class Planner:
         pid = st.product_pool.choice(self.rng)
         stmt = Stmt("update", "products", "UPDATE products SET description = %s, updated_at = %s WHERE product_id = %s",
                     (self._big_text(), Now(), pid), rows=1)
-        return Op("product_big_description", (stmt,)), lambda: st.big_descriptions.add(pid)
+        return Op("product_big_description", (stmt,), writes=_rows("products", pid)), lambda: st.big_descriptions.add(pid)
 
     # -- concurrency and partial rollback
     def _plan_interleaved(self) -> tuple[Op, Apply] | None:
@@ -912,7 +934,9 @@ class Planner:
             st.products[pid] = price
             order_a.status = status
 
-        return Op("interleaved", a_stmts, interleave=tuple(b_stmts), interleave_at=1), apply
+        return Op("interleaved", a_stmts, interleave=tuple(b_stmts), interleave_at=1,
+                  writes=_rows("products", pid) | _rows("orders", oid_a, oid_b),
+                  reads=_rows("customers", order_b.customer_id) | _item_refs(order_b.items)), apply
 
     def _plan_savepoint_rollback(self) -> tuple[Op, Apply] | None:
         """Changes undone by ROLLBACK TO SAVEPOINT inside a transaction that commits."""
@@ -933,7 +957,7 @@ class Planner:
             Stmt("update", "customers", "UPDATE customers SET full_name = %s, updated_at = %s WHERE customer_id = %s",
                  (rng.choice(NAMES), Now(2), cid), rows=1),
         ]
-        return Op("savepoint_rollback", tuple(stmts)), lambda: None
+        return Op("savepoint_rollback", tuple(stmts), writes=_rows("customers", cid, ghost)), lambda: None
 
 
 def plan_ops(state: ShopState, seed: int, n: int) -> list[Op]:
@@ -1054,9 +1078,9 @@ def connect(settings: Settings) -> PgConnection:
 
 
 class Executor:
-    """Runs planned ops on two connections and counts what they did."""
+    """Runs planned ops on one session (plus a second one for the interleaved op's other transaction)."""
 
-    def __init__(self, settings: Settings, report: LoadReport, *, synchronous_commit: bool = True) -> None:
+    def __init__(self, settings: Settings, *, synchronous_commit: bool = True) -> None:
         self.conn = connect(settings)
         self.conn2 = connect(settings)
         if not synchronous_commit:
@@ -1066,93 +1090,262 @@ class Executor:
                 with conn.cursor() as cur:
                     cur.execute("SET synchronous_commit = off")
                 conn.commit()
-        self.report = report
-        self._digest = hashlib.sha256()
 
     def close(self) -> None:
         self.conn.close()
         self.conn2.close()
 
     def run(self, op: Op) -> None:
-        rep = self.report
         tx_time = datetime.now(UTC)
-        with self.conn.cursor() as cur:
-            if op.interleave:
-                _execute(cur, op.statements[:op.interleave_at], tx_time, op)
-                with self.conn2.cursor() as cur2:
-                    _execute(cur2, op.interleave, datetime.now(UTC), op)
-                self.conn2.commit()
-                rep.transactions += 1
-                _execute(cur, op.statements[op.interleave_at:], tx_time, op)
-            else:
-                _execute(cur, op.statements, tx_time, op)
+        try:
+            with self.conn.cursor() as cur:
+                if op.interleave:
+                    _execute(cur, op.statements[:op.interleave_at], tx_time, op)
+                    with self.conn2.cursor() as cur2:
+                        _execute(cur2, op.interleave, datetime.now(UTC), op)
+                    self.conn2.commit()
+                    _execute(cur, op.statements[op.interleave_at:], tx_time, op)
+                else:
+                    _execute(cur, op.statements, tx_time, op)
+        except LoadgenError:
+            self.conn.rollback()
+            self.conn2.rollback()
+            raise
         if op.rollback:
             self.conn.rollback()
-            rep.rollbacks += 1
         else:
             self.conn.commit()
-            rep.transactions += 1
-        rep.savepoint_rollbacks += sum(1 for s in (*op.statements, *op.interleave) if s.kind == "rollback_to_savepoint")
-        for table, kind, n, survives in iter_changes(op):
-            target = rep.changes if survives and not op.rollback else rep.rolled_back_changes
-            target[table][kind] += n
-        rep.ops[op.name + (" (rolled back)" if op.rollback else "")] += 1
-        self._digest.update(op.signature().encode("utf-8"))
-        self._digest.update(b"\x00")
-        rep.digest = self._digest.hexdigest()
+
+
+def account(report: LoadReport, op: Op) -> None:
+    """Count what ``op`` did once it has run (committed or rolled back)."""
+    if op.rollback:
+        report.rollbacks += 1
+    else:
+        report.transactions += 2 if op.interleave else 1
+    report.savepoint_rollbacks += sum(1 for s in (*op.statements, *op.interleave) if s.kind == "rollback_to_savepoint")
+    for table, kind, n, survives in iter_changes(op):
+        target = report.changes if survives and not op.rollback else report.rolled_back_changes
+        target[table][kind] += n
+    report.ops[op.name + (" (rolled back)" if op.rollback else "")] += 1
+
+
+class Scheduler:
+    """Orders ops that touch the same rows; ops on disjoint rows may run concurrently.
+
+    Ops are submitted in plan order. An op waits for the last earlier op that
+    wrote any row it reads or writes, and, if it writes a row, for every earlier
+    op that read that row since. Two ops that may run at once therefore change
+    disjoint rows and only share foreign-key parents that neither changes
+    (PostgreSQL's KEY SHARE locks on those parents do not conflict), so any
+    order of them leaves the same rows as the plan order, and every statement
+    finds the rows the planner expected. ``serial=True`` makes every op wait for
+    the one before it (one session: the commit order is the plan order).
+    """
+
+    def __init__(self, *, serial: bool = False) -> None:
+        self.serial = serial
+        self._last_write: dict[Key, int] = {}
+        self._reads: dict[Key, list[int]] = {}
+        self._waiting_on: dict[int, set[int]] = {}
+        self._dependents: dict[int, list[int]] = {}
+        self._done: set[int] = set()
+        self._next = 0
+
+    def submit(self, op: Op) -> tuple[int, bool]:
+        """Register the next op in plan order; return its number and whether it may run now."""
+        seq = self._next
+        self._next += 1
+        deps: set[int] = {seq - 1} if self.serial and seq > 0 else set()
+        for key in op.reads:
+            if key in self._last_write:
+                deps.add(self._last_write[key])
+            self._reads.setdefault(key, []).append(seq)
+        for key in op.writes:
+            if key in self._last_write:
+                deps.add(self._last_write[key])
+            deps.update(self._reads.pop(key, ()))
+            self._last_write[key] = seq
+        deps.discard(seq)
+        deps -= self._done
+        if deps:
+            self._waiting_on[seq] = deps
+            for d in deps:
+                self._dependents.setdefault(d, []).append(seq)
+        return seq, not deps
+
+    def done(self, seq: int) -> list[int]:
+        """Mark ``seq`` finished; return the ops that may run now (in plan order)."""
+        self._done.add(seq)
+        ready = []
+        for dep in self._dependents.pop(seq, ()):
+            waiting = self._waiting_on[dep]
+            waiting.discard(seq)
+            if not waiting:
+                del self._waiting_on[dep]
+                ready.append(dep)
+        return sorted(ready)
+
+
+class _Workers:
+    """``n`` threads, each with its own :class:`Executor`, running ops the scheduler released."""
+
+    def __init__(self, settings: Settings, n: int, *, synchronous_commit: bool) -> None:
+        import queue
+        import threading
+
+        self.todo: queue.Queue[tuple[int, Op] | None] = queue.Queue()
+        self.finished: queue.Queue[tuple[int, Op, Exception | None]] = queue.Queue()
+        self.executors: list[Executor] = []
+        try:
+            for _ in range(n):
+                self.executors.append(Executor(settings, synchronous_commit=synchronous_commit))
+        except BaseException:
+            self.close()
+            raise
+        self.threads = [threading.Thread(target=self._work, args=(ex,), name=f"loadgen-cdc-{i}", daemon=True)
+                        for i, ex in enumerate(self.executors)]
+        for t in self.threads:
+            t.start()
+
+    def _work(self, executor: Executor) -> None:
+        while (item := self.todo.get()) is not None:
+            seq, op = item
+            try:
+                executor.run(op)
+            except Exception as exc:  # noqa: BLE001 - handed to the planning thread, which raises it
+                self.finished.put((seq, op, exc))
+            else:
+                self.finished.put((seq, op, None))
+
+    def close(self) -> None:
+        for _ in getattr(self, "threads", ()):
+            self.todo.put(None)
+        for t in getattr(self, "threads", ()):
+            t.join()
+        for ex in self.executors:
+            ex.close()
 
 
 def run(settings: Settings, rate: float, duration: float, seed: int, max_changes: int | None = None,
         *, progress: Callable[[str], None] | None = None, progress_every: float = 5.0,
-        synchronous_commit: bool = True) -> LoadReport:
+        synchronous_commit: bool = True, connections: int = DEFAULT_CONNECTIONS) -> LoadReport:
     """Run the workload at ``rate`` committed changes/s until ``duration`` seconds or ``max_changes``.
 
+    One thread plans the seeded ops in order and paces them; ``connections``
+    sessions run them, concurrently where :class:`Scheduler` allows (ops on the
+    same rows keep their plan order), so the rows left behind are the plan's
+    whatever the interleaving. With ``connections=1`` the commit order is the plan order.
     Never commits more than ``max_changes`` (stops before an op that would exceed it).
     ``synchronous_commit=False`` sets it off for the loadgen's sessions: roughly
     doubles the reachable rate when WAL fsync is the bottleneck, at the price of
     up to ``wal_writer_delay`` (200 ms) before a commit is visible to CDC.
     """
+    import queue
+
     if duration <= 0:
         raise ValueError(f"duration must be > 0 seconds, got {duration}")
     if max_changes is not None and max_changes < 1:
         raise ValueError(f"max_changes must be >= 1, got {max_changes}")
+    if connections < 1:
+        raise ValueError(f"connections must be >= 1, got {connections}")
     report = LoadReport(seed=seed, target_rate=rate)
-    executor = Executor(settings, report, synchronous_commit=synchronous_commit)
+    conn = connect(settings)
     try:
-        with executor.conn.cursor() as cur:
+        with conn.cursor() as cur:
             state = load_state(cur)
-        executor.conn.commit()
-        planner = Planner(state, seed)
+        conn.rollback()
+    finally:
+        conn.close()
+    planner = Planner(state, seed)
+    scheduler = Scheduler(serial=connections == 1)
+    workers = _Workers(settings, connections, synchronous_commit=synchronous_commit)
+    digest = hashlib.sha256()
+    in_flight: dict[int, Op] = {}  # submitted, not finished
+    running: set[int] = set()  # handed to the sessions (queued or executing)
+    max_in_flight = 4 * connections  # how far planning may run ahead of the sessions
+    planned_changes = 0
+    failure: tuple[Op, Exception] | None = None
+
+    def dispatch(seq: int) -> None:
+        running.add(seq)
+        workers.todo.put((seq, in_flight[seq]))
+
+    def finish(block_until: float | None) -> None:
+        """Take finished ops off the queue (waiting until ``block_until`` for the first); release dependents."""
+        nonlocal failure
+        while True:
+            try:
+                if block_until is None:
+                    seq, op, exc = workers.finished.get_nowait()
+                else:
+                    seq, op, exc = workers.finished.get(timeout=max(0.0, block_until - time.monotonic()))
+            except queue.Empty:
+                return
+            block_until = None
+            del in_flight[seq]
+            running.discard(seq)
+            if exc is not None:
+                failure = failure or (op, exc)
+                continue
+            account(report, op)
+            if failure is None:
+                for ready in scheduler.done(seq):
+                    dispatch(ready)
+
+    try:
         start = time.monotonic()
         bucket = TokenBucket(rate, burst=max(10.0, rate * 0.05), now=start)
         next_progress = start + progress_every
         report.stopped_by = "duration"
-        while True:
+        while failure is None:
             now = time.monotonic()
             if now - start >= duration:
                 break
             if now >= next_progress and progress is not None:
                 report.elapsed_s = now - start
                 progress(f"  {report.elapsed_s:5.0f}s  {report.total_changes} changes ({report.actual_rate:.0f}/s), "
-                         f"{report.transactions} commits, {report.rollbacks} rollbacks")
+                         f"{report.transactions} commits, {report.rollbacks} rollbacks, {len(in_flight)} in flight")
                 next_progress += progress_every
             op = planner.next_op()
             n = op.committed_changes()
-            if max_changes is not None and report.total_changes + n > max_changes:
+            if max_changes is not None and planned_changes + n > max_changes:
                 report.stopped_by = "max-changes"
                 break
             wait = bucket.take(n, now)
             if wait > 0:
                 if now + wait - start >= duration:
                     break
-                time.sleep(wait)
-            executor.run(op)
-            if max_changes is not None and report.total_changes == max_changes:
+                until = now + wait
+                while time.monotonic() < until and failure is None:
+                    finish(until)
+            while len(in_flight) >= max_in_flight and failure is None:
+                finish(time.monotonic() + 1.0)
+            if failure is not None:
+                break
+            finish(None)
+            seq, ready = scheduler.submit(op)
+            in_flight[seq] = op
+            planned_changes += n
+            digest.update(op.signature().encode("utf-8"))
+            digest.update(b"\x00")
+            if ready:
+                dispatch(seq)
+            if max_changes is not None and planned_changes == max_changes:
                 report.stopped_by = "max-changes"
                 break
+        # Let what was handed out finish; it releases the rest, unless an op failed (then nothing more starts).
+        while running:
+            finish(time.monotonic() + 1.0)
         report.elapsed_s = time.monotonic() - start
     finally:
-        executor.close()
+        workers.close()
+    if failure is not None:
+        op, exc = failure
+        if isinstance(exc, LoadgenError):
+            raise exc
+        raise LoadgenError(f"op {op.name!r} failed: {exc}") from exc
+    report.digest = digest.hexdigest()
     return report
 
 
@@ -1164,6 +1357,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-changes", type=int, default=None, help="stop before committing more than this many changes")
     p.add_argument("--async-commit", action="store_true",
                    help="SET synchronous_commit = off in the loadgen's sessions (faster; CDC sees commits up to ~200 ms later)")
+    p.add_argument("--connections", type=int, default=DEFAULT_CONNECTIONS,
+                   help=f"sessions running transactions at once (default {DEFAULT_CONNECTIONS}); transactions on the "
+                        "same rows keep their planned order, so the rows left behind do not depend on this; "
+                        "1 commits in plan order")
     return p
 
 
@@ -1173,10 +1370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = load_settings()
-        print(f"loadgen cdc: {args.rate:g} changes/s for {args.duration:g}s, seed {args.seed} "
-              f"against {settings.pg_host}:{settings.pg_port}/{settings.pg_shop_db}", flush=True)
+        print(f"loadgen cdc: {args.rate:g} changes/s for {args.duration:g}s, seed {args.seed}, "
+              f"{args.connections} connection(s) against {settings.pg_host}:{settings.pg_port}/{settings.pg_shop_db}", flush=True)
         report = run(settings, args.rate, args.duration, args.seed, args.max_changes,
-                     progress=lambda line: print(line, flush=True), synchronous_commit=not args.async_commit)
+                     progress=lambda line: print(line, flush=True), synchronous_commit=not args.async_commit,
+                     connections=args.connections)
     except (LoadgenError, SettingsError, ValueError) as exc:
         print(f"lake loadgen cdc: {exc}", file=sys.stderr)
         return 2

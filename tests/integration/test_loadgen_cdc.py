@@ -32,7 +32,9 @@ from spark_jobs.settings import Settings
 from spark_jobs.verify import diff_tables, pg_rows
 
 SEED = 1
-MAX_CHANGES = 300
+# Enough ops that the default four sessions run many of them at once (the checks below then
+# show that the concurrent run left exactly the plan's rows).
+MAX_CHANGES = 3000
 
 
 def _copy(state: ShopState) -> ShopState:
@@ -63,14 +65,14 @@ def _expected_delta(report: LoadReport) -> dict[str, tuple[int, int, int]]:
 
 @pytest.fixture(scope="module")
 def loaded(stack: Settings) -> dict[str, object]:
-    """Run the workload once (seed 1, 300 changes); keep what the tests below look at."""
+    """Run the workload once (seed 1, 3000 changes, four sessions); keep what the tests below look at."""
     conn = psycopg2.connect(stack.pg_dsn(stack.pg_shop_db))
     try:
         with conn.cursor() as cur:
             start_state = load_state(cur)
         conn.rollback()
         before = _stats(conn)
-        report = run(stack, rate=2000, duration=120, seed=SEED, max_changes=MAX_CHANGES)
+        report = run(stack, rate=5000, duration=120, seed=SEED, max_changes=MAX_CHANGES, connections=4)
         # The loadgen's backends flush their counters when they exit, a moment after close.
         expected = _expected_delta(report)
         deadline = time.monotonic() + 15
