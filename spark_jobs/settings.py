@@ -112,6 +112,7 @@ class Settings:
 
     # Streaming app
     stream_max_offsets_per_trigger: int
+    stream_max_records_per_task: int
     stream_trigger_seconds: int
     stream_maintenance_minutes: int
     stream_compact_rows: int
@@ -228,6 +229,7 @@ _DEFAULTS: dict[str, str] = {
     "thrift_port": "10000",
     "thrift_driver_memory": "1g",
     "stream_max_offsets_per_trigger": "100000",
+    "stream_max_records_per_task": "10000",
     "stream_trigger_seconds": "2",
     "stream_maintenance_minutes": "60",
     "stream_compact_rows": "20000",
@@ -321,6 +323,9 @@ def _validate(s: Settings) -> None:
         raise SettingsError(f"LAKE_S3_ENDPOINT={s.s3_endpoint!r} must start with http:// or https://")
     if s.stream_max_offsets_per_trigger < 1 or s.stream_trigger_seconds < 0:
         raise SettingsError("LAKE_STREAM_MAX_OFFSETS_PER_TRIGGER must be >= 1 and LAKE_STREAM_TRIGGER_SECONDS >= 0")
+    if s.stream_max_records_per_task < 1:
+        raise SettingsError(f"LAKE_STREAM_MAX_RECORDS_PER_TASK={s.stream_max_records_per_task} must be >= 1 (Kafka "
+                            "records per Spark task of a CDC batch; 10000 is the default)")
     if s.stream_compact_rows < 1 or s.stream_compact_seconds < 1:
         raise SettingsError(f"LAKE_STREAM_COMPACT_ROWS={s.stream_compact_rows} and LAKE_STREAM_COMPACT_SECONDS="
                             f"{s.stream_compact_seconds} must both be >= 1 (pending silver changes are merged into "

@@ -40,6 +40,9 @@ def run(settings: Settings) -> int:
 
     spark = build_session(settings, "lake-stream", extra={
         "spark.driver.memory": settings.stream_driver_memory,
+        # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
+        # thread died, the query hung): exit instead, so the supervisor restarts the app and the log says why.
+        "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
         "spark.sql.shuffle.partitions": str(max(2, settings.spark_shuffle_partitions)),
         "spark.databricks.delta.optimizeWrite.enabled": "false",
         "spark.databricks.delta.autoCompact.enabled": "false",

@@ -469,5 +469,9 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the CDC tables and start ``lake_cdc`` (Kafka ``shop.public.*`` -> foreachBatch)."""
     app = CdcApp(spark, settings)
     app.ensure_tables()
+    # Bounded in records, not bytes: a CDC record with TOASTed text (before and after image) is 10-30 KB,
+    # so a 100,000-record backlog batch reached ~0.5 GB and, read as a few whole-partition tasks, ran the
+    # 2 GB driver out of heap (measured). Smaller tasks stream to the driver one after the other.
     return start_kafka_query(spark, settings, QUERY, ("subscribePattern", TOPIC_PATTERN),
-                             settings.stream_max_offsets_per_trigger, settings.stream_trigger_seconds, app.process)
+                             settings.stream_max_offsets_per_trigger, settings.stream_trigger_seconds, app.process,
+                             max_records_per_task=settings.stream_max_records_per_task)

@@ -156,15 +156,22 @@ KAFKA_FETCH_MAX_WAIT_MS = 20
 
 
 def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscription: tuple[str, str],
-                      max_offsets: int, trigger_seconds: int, process: Any) -> StreamingQuery:
+                      max_offsets: int, trigger_seconds: int, process: Any,
+                      max_records_per_task: int | None = None) -> StreamingQuery:
     """Start query ``name``: Kafka (``subscription`` = ("subscribe" | "subscribePattern", value)) -> foreachBatch.
 
     Bounded batches (``maxOffsetsPerTrigger``), one checkpoint per query, and
     ``failOnDataLoss``: bronze is the archive, silently skipping lost offsets would lose data.
+    ``max_records_per_task`` splits a topic partition's range of a batch into Spark tasks of at most
+    that many records (Kafka source option ``maxRecordsPerPartition``): the batch's records reach the
+    driver task by task, so the JVM heap holds a few tasks' results, not the whole batch.
     """
     from spark_jobs.io import checkpoint_location
 
-    source = (spark.readStream.format("kafka")
+    reader = spark.readStream.format("kafka")
+    if max_records_per_task is not None:
+        reader = reader.option("maxRecordsPerPartition", str(max_records_per_task))
+    source = (reader
               .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
               .option(*subscription)
               .option("startingOffsets", "earliest")
