@@ -42,6 +42,7 @@ def test_env_file_in_state_dir_is_read_and_env_wins(tmp_path: Path) -> None:
         ("LAKE_S3_ENDPOINT", "minio:9000", "must start with http:// or https://"),
         ("LAKE_KAFKA_BOOTSTRAPS", "x", "unknown setting(s) LAKE_KAFKA_BOOTSTRAPS"),
         ("LAKE_EVENTS_PARSE_PROCESSES", "-1", "LAKE_EVENTS_PARSE_PROCESSES=-1 must be >= 0"),
+        ("LAKE_STREAM_MAX_RECORDS_PER_TASK", "0", "LAKE_STREAM_MAX_RECORDS_PER_TASK=0 must be >= 1"),
     ],
 )
 def test_bad_settings_name_the_problem(tmp_path: Path, var: str, value: str, message: str) -> None:
