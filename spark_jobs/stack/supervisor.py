@@ -238,12 +238,33 @@ def start_program(settings: Settings, name: str) -> None:
             raise StackError(f"supervisor could not start {name}: {fault.faultString}; see {log_path(settings, name)}") from None
 
 
-def stop_program(settings: Settings, name: str) -> None:
+#: supervisord states in which a program has stopped (``getProcessInfo()["statename"]``).
+STOPPED_STATES = ("STOPPED", "EXITED", "FATAL")
+
+
+def stop_program(settings: Settings, name: str, timeout: float = 180, poll: float = 0.5) -> None:
+    """Stop program ``name`` and wait until it has stopped.
+
+    Polls instead of ``stopProcess(name, wait=True)``: that call blocks for up
+    to the program's ``stopwaitsecs`` (120 s for the streaming app, which
+    finishes its batch first), longer than the RPC socket's 30 s timeout, and
+    ended in a bare ``TimeoutError``.
+    """
     try:
-        rpc(settings).stopProcess(name, True)
+        rpc(settings).stopProcess(name, False)
     except xmlrpc.client.Fault as fault:
         if "NOT_RUNNING" not in fault.faultString:
             raise
+        return
+    deadline = time.monotonic() + timeout
+    state = "STOPPING"
+    while time.monotonic() < deadline:
+        state = str(rpc(settings).getProcessInfo(name)["statename"])
+        if state in STOPPED_STATES:
+            return
+        time.sleep(poll)
+    raise StackError(f"{name} is still {state} {timeout:.0f}s after the stop request; supervisord kills it "
+                     f"after its stop wait; see {settings.log_dir}")
 
 
 def shutdown(settings: Settings, timeout: float = 120) -> None:

@@ -1,0 +1,56 @@
+"""``stop_program`` against a recording stand-in for supervisord's XML-RPC API (no supervisord)."""
+
+from __future__ import annotations
+
+import xmlrpc.client
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_jobs.settings import load_settings
+from spark_jobs.stack import supervisor
+from spark_jobs.stack.supervisor import StackError, stop_program
+
+
+class FakeSupervisor:
+    def __init__(self, states: list[str], not_running: bool = False) -> None:
+        self.states = states
+        self.not_running = not_running
+        self.calls: list[tuple[str, Any]] = []
+
+    def stopProcess(self, name: str, wait: bool) -> bool:
+        self.calls.append(("stop", wait))
+        if self.not_running:
+            raise xmlrpc.client.Fault(70, "NOT_RUNNING: stream")
+        return True
+
+    def getProcessInfo(self, name: str) -> dict[str, str]:
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        self.calls.append(("info", state))
+        return {"statename": state}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Any:
+    return load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+
+
+def test_stop_asks_without_waiting_then_polls_until_stopped(settings, monkeypatch) -> None:
+    fake = FakeSupervisor(["STOPPING", "STOPPING", "STOPPED"])
+    monkeypatch.setattr(supervisor, "rpc", lambda s: fake)
+    stop_program(settings, "stream", poll=0)
+    assert fake.calls == [("stop", False), ("info", "STOPPING"), ("info", "STOPPING"), ("info", "STOPPED")]
+
+
+def test_stop_of_a_program_not_running_returns_at_once(settings, monkeypatch) -> None:
+    fake = FakeSupervisor(["STOPPED"], not_running=True)
+    monkeypatch.setattr(supervisor, "rpc", lambda s: fake)
+    stop_program(settings, "stream", poll=0)
+    assert fake.calls == [("stop", False)]
+
+
+def test_a_program_that_does_not_stop_names_itself_and_its_state(settings, monkeypatch) -> None:
+    monkeypatch.setattr(supervisor, "rpc", lambda s: FakeSupervisor(["STOPPING"]))
+    with pytest.raises(StackError, match=r"stream is still STOPPING 0s after the stop request"):
+        stop_program(settings, "stream", timeout=0.05, poll=0.01)
