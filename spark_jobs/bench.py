@@ -169,9 +169,9 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
 
     from spark_jobs import stream_control
     from spark_jobs.loadgen.cdc import run
+    from spark_jobs.session import build_session
 
     loadgen = partial(run, connections=connections)
-    from spark_jobs.session import build_session
 
     _require_running_connector(settings)
     spark = build_session(settings, "lake-bench")
