@@ -100,7 +100,7 @@ SILVER_METADATA_COLUMNS = ("_op", *POSITION_COLUMNS, "_source_ts", "_extra")
 BATCH_COLUMN = "_batch_id"
 
 
-def _q(name: str) -> str:
+def quote_ident(name: str) -> str:
     """Backtick-quote an identifier for Spark SQL."""
     return "`" + name.replace("`", "``") + "`"
 
@@ -139,14 +139,14 @@ def added_columns(current: StructType | Sequence[str], incoming: Sequence[str]) 
 
 
 def merge_condition(key_columns: Sequence[str], target: str = "t", source: str = "s",
-                    quote: Callable[[str], str] = _q) -> str:
+                    quote: Callable[[str], str] = quote_ident) -> str:
     """``t.`k1` = s.`k1` AND ...``: the MERGE match condition on the primary key."""
     if not key_columns:
         raise ValueError("key_columns is empty: a MERGE needs the table's primary key columns")
     return " AND ".join(f"{target}.{quote(k)} = {source}.{quote(k)}" for k in key_columns)
 
 
-def newer_condition(target: str = "t", source: str = "s", quote: Callable[[str], str] = _q) -> str:
+def newer_condition(target: str = "t", source: str = "s", quote: Callable[[str], str] = quote_ident) -> str:
     """``s`` position > ``t`` position, lexicographic over ``POSITION_COLUMNS`` (all non-null in silver)."""
     terms: list[str] = []
     for i, col in enumerate(POSITION_COLUMNS):
@@ -174,7 +174,7 @@ def merge_plan(
     toastable: Sequence[str] = (),
     target: str = "t",
     source: str = "s",
-    quote: Callable[[str], str] = _q,
+    quote: Callable[[str], str] = quote_ident,
 ) -> MergePlan:
     """Build the MERGE fragments for a silver CDC table.
 
@@ -213,7 +213,7 @@ def merge_plan(
 
 
 def current_view_sql(base: str, changes: str, columns: Sequence[str], key_columns: Sequence[str],
-                     toastable: Sequence[str] = (), quote: Callable[[str], str] = _q) -> str:
+                     toastable: Sequence[str] = (), quote: Callable[[str], str] = quote_ident) -> str:
     """The ``SELECT`` of the ``silver.<t>`` view: the newest row per key of ``base`` and ``changes``.
 
     ``columns`` are the base table's (row image + ``SILVER_METADATA_COLUMNS``);

@@ -77,6 +77,11 @@ Position = tuple[int, int, int]
 NOT_JSON = "value is not a JSON object (not UTF-8 JSON, truncated, or not written by the JsonConverter)"
 NO_PAYLOAD = "envelope has 'schema' but no 'payload': expected Debezium JsonConverter output"
 NO_OP = "payload has no 'op'"
+#: A record nested deeper than the parsers go (orjson stops at 1,024 levels, the stdlib's recursion limit
+#: near 1,000): rejected like any unreadable record instead of failing the batch on every replay.
+TOO_DEEP = "value is nested too deeply to parse (more than ~1,000 levels of objects/arrays)"
+#: Characters Delta refuses in a column name unless the table uses column mapping.
+DELTA_INVALID_NAME_CHARS = frozenset(" ,;{}()\n\t=")
 TRUNCATE = "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot"
 NO_POSITION = "source has neither 'sequence' nor 'lsn': the change cannot be ordered"
 
@@ -304,7 +309,10 @@ def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed
         if value is None:
             out.tombstones += 1
             continue
-        result = _change(key, value, names, convert, key_index, known, schema_text, fallible)
+        try:
+            result = _change(key, value, names, convert, key_index, known, schema_text, fallible)
+        except RecursionError:  # the stdlib parse or a JSON re-serialisation of a deeply nested value
+            result = TOO_DEEP
         if isinstance(result, str):
             out.rejects.append(Reject(key, value, topic, partition, offset, kafka_ts, result))
             continue
@@ -390,6 +398,11 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
     if bad:
         return "; ".join(bad)
     extra_names = [k for k in image if k not in known]
+    unsupported = [k for k in extra_names if DELTA_INVALID_NAME_CHARS.intersection(k)]
+    if unsupported:
+        return (f"column name(s) {', '.join(repr(k) for k in unsupported)} contain characters Delta tables refuse "
+                f"without column mapping (space or any of ,;{{}}()=, tab, newline): rename the column in PostgreSQL, "
+                f"then replay these records from quarantine")
     extra = None
     if extra_names:
         extra = _json_text({k: (image[k] if isinstance(image[k], str) or image[k] is None

@@ -48,7 +48,7 @@ from spark_jobs.driver_delta import DriverTable
 from spark_jobs.hot.events import from_epoch_micros
 from spark_jobs.io import ensure_database
 from spark_jobs.settings import Settings
-from spark_jobs.silver.cdc import POSITION_COLUMNS
+from spark_jobs.silver.cdc import POSITION_COLUMNS, quote_ident
 from spark_jobs.silver.cdc_arrow import (
     Change,
     DeleteIndex,
@@ -300,7 +300,8 @@ class CdcApp:
         Holds the table's compaction lock: the compaction thread writes the base.
         """
         types = source_column_types(self.settings, "public", contract.table, added)
-        cols = ", ".join(f"`{name}` {sql_type}" for name, sql_type in types.items())
+        # A PostgreSQL quoted identifier may hold a backtick: Spark SQL escapes it by doubling.
+        cols = ", ".join(f"{quote_ident(name)} {sql_type}" for name, sql_type in types.items())
         print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
         with self.compactor.lock(contract.table), self.compactor.write_lock(contract.table):
             for name in (contract.base, contract.changes):

@@ -13,7 +13,7 @@ from pyspark.sql.types import DecimalType, IntegerType, StringType, StructField,
 
 from spark_jobs.hot.events import from_epoch_micros
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, added_columns
-from spark_jobs.silver.cdc_arrow import Change, Parsed, parse_records, quarantine_table
+from spark_jobs.silver.cdc_arrow import TOO_DEEP, Change, Parsed, parse_records, quarantine_table
 
 TOPIC = "shop.public.orders"
 KEYS = ["id"]
@@ -293,3 +293,40 @@ def test_added_column_types_from_the_postgresql_catalog() -> None:
     assert spark_type_for("date", None, None) == "DATE"
     assert spark_type_for("bytea", None, None) == "BINARY"
     assert spark_type_for("USER-DEFINED", None, None) == "STRING"
+
+
+def _nested(depth: int) -> str:
+    """JSON text of an object ``depth`` levels deep (built as text: json.dumps itself would recurse)."""
+    return '{"n":' * depth + '"bottom"' + "}" * depth
+
+
+@pytest.mark.parametrize("depth", [1_100, 5_000])
+def test_deeply_nested_record_is_rejected_not_raised(depth: int) -> None:
+    # orjson refuses >1,024 levels and the stdlib fallback hit RecursionError, which failed the batch on every
+    # replay (the whole streaming app crash-looped). Now that record is quarantined and its neighbours apply.
+    deep = ('{"payload": {"op": "c", "after": {"id": 2, "attrs": ' + _nested(depth) + "}}}").encode()
+    parsed = parse([change("c", {"id": 1}, after=row(1)), (key_bytes({"id": 2}), deep),
+                    change("c", {"id": 3}, after=row(3), lsn=101)])
+    assert [c.values[0] for c in parsed.changes] == [1, 3]
+    assert [(r.offset, r.error) for r in parsed.rejects] == [(1, TOO_DEEP)]
+    assert parsed.rejects[0].value == deep
+
+
+def test_deeply_nested_value_the_fast_parser_reads_is_rejected() -> None:
+    # 1,000 levels: within orjson's limit, so no fallback parse; turning the object into the string column's
+    # JSON text (json.dumps) recurses past Python's limit.
+    value = ('{"payload": {"op": "c", "source": {"lsn": 5}, "after": {"id": 2, "attrs": ' + _nested(1_000)
+             + "}}}").encode()
+    parsed = parse([(key_bytes({"id": 2}), value)])
+    assert parsed.changes == []
+    assert [r.error for r in parsed.rejects] == [TOO_DEEP]
+
+
+def test_added_column_with_a_name_delta_refuses_is_rejected_with_the_fix() -> None:
+    parsed = parse([change("c", {"id": 1}, after={**row(1), "gift note": "x"}),
+                    change("c", {"id": 2}, after={**row(2), "we`ird": "y"}, lsn=101)])
+    # A backtick is a legal Delta name (quoted when silver is widened); a space is not without column mapping.
+    assert [c.values[0] for c in parsed.changes] == [2]
+    assert parsed.extra_columns == ["we`ird"]
+    assert len(parsed.rejects) == 1
+    assert "'gift note'" in parsed.rejects[0].error and "rename the column" in parsed.rejects[0].error
