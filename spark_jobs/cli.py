@@ -48,6 +48,9 @@ def _build_parser() -> argparse.ArgumentParser:
     lcdc.add_argument("args", nargs=argparse.REMAINDER)
     lev = lsub.add_parser("events", help="seeded clickstream to events.clickstream (late, duplicate, bad)", add_help=False)
     lev.add_argument("args", nargs=argparse.REMAINDER)
+    lhist = lsub.add_parser("history", help="seeded past N days of the shop: PostgreSQL rows and clickstream events",
+                            add_help=False)
+    lhist.add_argument("args", nargs=argparse.REMAINDER)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures (never assert)")
     bsub = bench.add_subparsers(dest="kind", required=True)
@@ -151,6 +154,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             from spark_jobs.loadgen import events as loadgen_events
 
             return loadgen_events.main(args.args)
+        if args.kind == "history":
+            from spark_jobs.loadgen import history as loadgen_history
+
+            return loadgen_history.main(args.args)
         from spark_jobs.loadgen import cdc as loadgen_cdc
 
         return loadgen_cdc.main(args.args)
