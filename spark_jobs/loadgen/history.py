@@ -272,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lake loadgen history: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result) if args.json else format_summary(result), flush=True)
+    if args.dry_run and not args.json:
+        print("  (dry run: nothing was written)", flush=True)
     return 0
 
 
