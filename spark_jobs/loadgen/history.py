@@ -7,9 +7,11 @@ writes it: rows into PostgreSQL ``shop`` in simulated-time order, with explicit
 other change), and the clickstream through :class:`EventProducer` (validated
 against the contract, keyed by ``user_id``) to ``events.clickstream``.
 
-Day by day: the day's transactions (several planned transactions per commit,
-never one split across commits, statements in plan order), then the day's
-events. Seed K owns ids ``[1,000,000 * (K + 1), 1,000,000 * (K + 2))`` in
+Day by day: the day's transactions, then the day's events. Several planned
+transactions share a commit (up to ``COMMIT_EVERY`` statements, statements in
+plan order), but never two that touch the same row: the gold SCD2 dimensions
+make one version per committed transaction, so each simulated change of a row
+keeps its own commit (and a planned transaction is never split). Seed K owns ids ``[1,000,000 * (K + 1), 1,000,000 * (K + 2))`` in
 customers, products and orders; a run refuses to start when any row already
 sits in that range (a re-run of the same seed, or an interrupted one): pick
 another ``--seed`` or wipe the stack's state with ``make clean``.
@@ -148,10 +150,15 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
         started, i = time.monotonic(), 0
         for d in range(plan.days):
             day_end = plan.start + timedelta(days=d + 1)
-            n_stmts = 0
+            n_stmts, touched = 0, set[tuple[Any, ...]]()
             with conn.cursor() as cur:
                 while i < len(plan.txs) and plan.txs[i].at < day_end:
                     tx = plan.txs[i]
+                    rows = {(c.table, *c.key.values()) for c in tx.changes}
+                    if n_stmts >= commit_every or rows & touched:
+                        conn.commit()  # a row's changes at different simulated times go in different commits
+                        n_stmts, touched = 0, set[tuple[Any, ...]]()
+                    touched |= rows
                     for change in tx.changes:
                         sql, params = statement(change)
                         try:
@@ -168,9 +175,6 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
                         written[change.table][change.kind] += 1
                         n_stmts += 1
                     i += 1
-                    if n_stmts >= commit_every:
-                        conn.commit()
-                        n_stmts = 0
             conn.commit()
             _send_day(producer, plan.day_events(d), sent)
             if progress is not None:

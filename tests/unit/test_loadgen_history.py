@@ -401,17 +401,32 @@ def test_writer_runs_the_plan_in_order_and_sends_every_event() -> None:
     assert len(kafka.values) == 200 and result["events"]["delivered"] == 200
     assert result["tables"]["orders"]["rows"] == 40 and result["tables"] == {
         t: {**c, "rows": c["insert"] - c["delete"]} for t, c in plan.counts().items()}
-    # commits fall between planned transactions, never inside one
-    bounds, pos = set(), 0
+    # commits fall between planned transactions, never inside one, and a commit never holds two planned
+    # transactions on the same row (gold SCD2 makes one version per commit)
+    bounds, pos = {0}, 0
     for tx in plan.txs:
         pos += len(tx.changes)
         bounds.add(pos)
-    done = 0
+    done, commits = 0, 0
     for sql, _ in conn.log:
         if sql == "COMMIT":
-            assert done in bounds or done == 0
+            assert done in bounds
+            commits += 1
         elif "count(*)" not in sql:
             done += 1
+    assert commits > plan.days
+    done, batch_rows = 0, set[tuple[Any, ...]]()
+    ends = {b: tx for b, tx in zip(sorted(bounds)[1:], plan.txs, strict=True)}
+    tx_rows: set[tuple[Any, ...]] = set()
+    for sql, _ in conn.log:
+        if sql == "COMMIT":
+            batch_rows = set[tuple[Any, ...]]()
+        elif "count(*)" not in sql:
+            done += 1
+            if done in ends:
+                tx_rows = {(c.table, *c.key.values()) for c in ends[done].changes}
+                assert not tx_rows & batch_rows, ends[done].label
+                batch_rows |= tx_rows
 
 
 def test_writer_refuses_a_used_id_range() -> None:
