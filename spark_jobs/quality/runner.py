@@ -1,0 +1,406 @@
+"""Run a table's suite with Great Expectations Core on a Spark DataFrame; split, record and report the outcome.
+
+One GX validation per call: an ephemeral context, a Spark datasource holding
+the caller's session (classic or Spark Connect), a dataframe asset, a
+whole-dataframe batch definition and every expectation of the suite in one
+``ValidationDefinition.run``. The frame is never persisted (``persist=False``):
+GX's aggregate metrics share jobs, map expectations with failures and custom
+SQL rules add a few jobs each.
+
+Severities act after the run:
+
+* ``warn``: recorded, nothing else;
+* ``quarantine``: the rows a failed row-level expectation flags (GX's own
+  unexpected condition on its own domain, or the rows a custom SQL rule
+  returns) are identified by the suite's ``row_keys`` and left out of
+  ``passed``; ``quarantined`` holds them once each, with the names of the
+  expectations they failed. Both stay lazy DataFrames over ``df``, so
+  in = passed + quarantined for a deterministic input;
+* ``block``: ``blocked`` is set; the caller must not publish. An expectation
+  GX could not evaluate (bad column, SQL error) counts as failed, and a
+  ``quarantine`` expectation that errored blocks (its rows are unknown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.quality.suites import CUSTOM_SQL, ExpectationSpec, Suite, expectation_classes, fill, load_suite
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import Settings
+
+#: Rows of unexpected values kept per expectation (result, ops.dq_results, the task log).
+SAMPLE_ROWS = 20
+#: Column of ``quarantined``: the names of the quarantine expectations the row failed.
+EXPECTATIONS_COLUMN = "_dq_expectations"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class DqBlocked(RuntimeError):
+    """A ``block`` expectation failed: the message is the outcome's summary."""
+
+
+@dataclass(frozen=True)
+class ExpectationResult:
+    """The verdict of one expectation of one validation (one row of ``ops.dq_results``)."""
+
+    table: str
+    expectation: str
+    expectation_type: str
+    severity: str
+    success: bool
+    observed_value: str | None
+    unexpected_count: int | None
+    unexpected_sample: str  # JSON array of up to SAMPLE_ROWS rows (objects)
+    error: str | None = None
+
+    @property
+    def sample_rows(self) -> list[Any]:
+        rows: list[Any] = json.loads(self.unexpected_sample)
+        return rows
+
+
+@dataclass
+class DqOutcome:
+    """What :func:`validate` found and what may be published."""
+
+    table: str
+    interval: tuple[datetime, datetime] | None
+    run_id: str
+    dag_id: str
+    task_id: str
+    validated_at: datetime
+    results: list[ExpectationResult]
+    passed: DataFrame
+    quarantined: DataFrame | None
+    blocked: bool
+    docs_url: str | None = None
+    row_keys: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> list[ExpectationResult]:
+        return [r for r in self.results if not r.success]
+
+    def summary(self) -> str:
+        """Table, interval, run, verdict and per failed expectation its count and up to 20 sample rows."""
+        iv = (f"[{self.interval[0].isoformat()}, {self.interval[1].isoformat()})" if self.interval
+              else "whole table (no interval)")
+        failed = self.failed
+        verdict = ("BLOCKED (a block expectation failed: do not publish)" if self.blocked
+                   else "quarantined failing rows" if any(r.severity == "quarantine" for r in failed)
+                   else "warnings only" if failed else "all passed")
+        lines = [f"DQ {self.table} interval {iv} run {self.run_id} (dag {self.dag_id}, task {self.task_id}): "
+                 f"{len(failed)} of {len(self.results)} expectations failed; {verdict}"]
+        for r in failed:
+            count = "?" if r.unexpected_count is None else str(r.unexpected_count)
+            lines.append(f"  FAILED [{r.severity}] {r.expectation} ({r.expectation_type}): unexpected {count}, "
+                         f"observed {r.observed_value}")
+            if r.error:
+                lines.append(f"    error: {r.error}")
+            for row in r.sample_rows[:SAMPLE_ROWS]:
+                lines.append(f"    sample: {json.dumps(row, default=str, ensure_ascii=False)}")
+        if self.docs_url:
+            lines.append(f"  Data Docs: {self.docs_url}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def utc_micros(when: datetime) -> int:
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"{when!r} has no time zone: pass aware datetimes (the data interval in UTC)")
+    delta = when.astimezone(UTC) - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def query_params(table: str, interval: tuple[datetime, datetime] | None, now: datetime,
+                 settings: Settings | None) -> dict[str, str]:
+    """Placeholder values for a suite's SQL: instants as ``timestamp_micros`` (session-time-zone proof)."""
+    start, end = interval if interval else (now - timedelta(days=1), now)
+    if interval and end <= start:
+        raise ValueError(f"empty interval for {table}: start {start.isoformat()} is not before end {end.isoformat()}")
+    layer = table.partition(".")[0]
+    slo = ""
+    if settings is not None:
+        slo = str(settings.dq_freshness_hot_seconds if layer == "hot" else settings.dq_freshness_silver_seconds)
+    return {
+        "interval_start": f"timestamp_micros({utc_micros(start)})",
+        "interval_end": f"timestamp_micros({utc_micros(end)})",
+        "interval_start_date": f"DATE'{start.astimezone(UTC).date().isoformat()}'",
+        "interval_end_date": f"DATE'{end.astimezone(UTC).date().isoformat()}'",
+        "now": f"timestamp_micros({utc_micros(now)})",
+        "freshness_slo_seconds": slo or "0",
+    }
+
+
+def _needs_settings(suite: Suite) -> bool:
+    return any("{freshness_slo_seconds}" in v for s in suite.expectations for v in s.kwargs.values()
+               if isinstance(v, str))
+
+
+def _filled(spec: ExpectationSpec, params: dict[str, str], tables: dict[str, str] | None) -> dict[str, Any]:
+    return {k: fill(v, params, tables) if isinstance(v, str) else v for k, v in spec.kwargs.items()}
+
+
+# --------------------------------------------------------------------------- GX
+
+
+def _gx_objects(spark: SparkSession, suite: Suite, specs: list[tuple[ExpectationSpec, dict[str, Any]]]) -> Any:
+    """An ephemeral GX context with the suite bound to a whole-dataframe batch of ``spark``; -> (ctx, bd, vd)."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    # No temporary docs site per run (GX's ephemeral default): the file project renders Data Docs.
+    ctx = gx.get_context(mode="ephemeral", project_config=DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False)))
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    ds = ctx.data_sources.add_spark(name="lake", persist=False)
+    # The execution engine runs custom SQL (spark.sql on the view of the batch) in this session: it must be the
+    # session the DataFrame lives in. GX would otherwise pick SparkConnectSession/SparkSession.builder.getOrCreate().
+    ds._spark = spark
+    asset = ds.add_dataframe_asset(name=suite.table.replace(".", "__"))
+    bd = asset.add_batch_definition_whole_dataframe("whole")
+    classes = expectation_classes()
+    expectations = [classes[spec.type](**kwargs, meta={"dq_name": spec.name, "severity": spec.severity})
+                    for spec, kwargs in specs]
+    gx_suite = ctx.suites.add(gx.ExpectationSuite(name=suite.table, expectations=expectations,
+                                                  meta={"source": str(suite.path or "")}))
+    vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{suite.table}:whole", data=bd, suite=gx_suite))
+    return ctx, bd, vd
+
+
+def _exception(r: Any) -> str | None:
+    info = r.exception_info or {}
+    if isinstance(info, dict) and info.get("raised_exception"):
+        return str(info.get("exception_message") or "exception")
+    if isinstance(info, dict):
+        for v in info.values():
+            if isinstance(v, dict) and v.get("raised_exception"):
+                return str(v.get("exception_message") or "exception")
+    return None
+
+
+def _to_result(table: str, spec: ExpectationSpec, r: Any) -> ExpectationResult:
+    res: dict[str, Any] = dict(r.result or {})
+    error = _exception(r)
+    unexpected: int | None = None
+    observed: str | None
+    sample: list[Any] = []
+    if "unexpected_count" in res:
+        unexpected = int(res["unexpected_count"] or 0)
+        observed = (f"{unexpected} unexpected of {res.get('element_count')} rows "
+                    f"({float(res.get('unexpected_percent') or 0.0):.4g}%)")
+        if res.get("partial_unexpected_index_list"):
+            sample = list(res["partial_unexpected_index_list"])
+        else:
+            sample = [{"value": v} for v in res.get("partial_unexpected_list") or []]
+    elif spec.type == CUSTOM_SQL:
+        unexpected = None if res.get("observed_value") is None else int(res["observed_value"])
+        observed = None if unexpected is None else f"{unexpected} unexpected rows"
+        sample = list((res.get("details") or {}).get("unexpected_rows") or [])
+    else:
+        ov = res.get("observed_value")
+        observed = None if ov is None else json.dumps(ov, default=str, ensure_ascii=False)[:2000]
+    if error is not None:
+        observed = observed or "error"
+    return ExpectationResult(
+        table=table, expectation=spec.name, expectation_type=spec.type, severity=spec.severity,
+        success=bool(r.success) and error is None, observed_value=observed, unexpected_count=unexpected,
+        unexpected_sample=json.dumps(sample[:SAMPLE_ROWS], default=str, ensure_ascii=False), error=error)
+
+
+def _map_unexpected(batch: Any, expectation: Any) -> DataFrame:
+    """GX's own unexpected rows of a map expectation, lazily: its condition metric applied to its domain."""
+    from great_expectations.validator.metric_configuration import MetricConfiguration
+    from great_expectations.validator.metrics_calculator import MetricsCalculator
+    from pyspark.sql import functions as F
+
+    engine = batch.data.execution_engine
+    engine.batch_manager.load_batch_list(batch_list=[batch])
+    deps = expectation.get_validation_dependencies(execution_engine=engine)
+    wanted = f"{expectation.map_metric}.unexpected_count"
+    config = deps.get_metric_configuration(wanted)
+    if config is None:
+        raise RuntimeError(f"GX gives {expectation.expectation_type} no {wanted} metric: cannot tell which rows fail")
+    condition = MetricConfiguration(f"{expectation.map_metric}.condition", config.metric_domain_kwargs,
+                                    config.metric_value_kwargs)
+    cond, compute_kwargs, accessor_kwargs = MetricsCalculator(
+        execution_engine=engine, show_progress_bars=False).get_metric(condition)
+    domain = engine.get_domain_records(domain_kwargs=dict(**compute_kwargs, **accessor_kwargs))
+    # withColumn, as GX does: some conditions are window expressions (uniqueness).
+    frame: DataFrame = domain.withColumn("__dq_unexpected", cond).where(F.col("__dq_unexpected"))
+    return frame.drop("__dq_unexpected")
+
+
+def _split(spark: SparkSession, df: DataFrame, keys: tuple[str, ...], bad: list[tuple[str, DataFrame]]
+           ) -> tuple[DataFrame, DataFrame]:
+    """``df`` -> (rows whose key is in no ``bad`` frame, rows whose key is, with the expectations they failed)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    flagged = reduce(lambda a, b: a.unionByName(b),
+                     [frame.select(*keys).withColumn("__dq_name", F.lit(name)) for name, frame in bad])
+    per_key = flagged.groupBy(*keys).agg(F.sort_array(F.collect_set("__dq_name")).alias(EXPECTATIONS_COLUMN))
+    d, b = df.alias("__dq_d"), per_key.alias("__dq_b")
+    on = reduce(lambda x, y: x & y, [F.col(f"__dq_d.`{k}`").eqNullSafe(F.col(f"__dq_b.`{k}`")) for k in keys])
+    passed = d.join(b, on, "left_anti")
+    quarantined = d.join(b, on, "inner").select("__dq_d.*", F.col(f"__dq_b.{EXPECTATIONS_COLUMN}"))
+    return passed, quarantined
+
+
+def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval: tuple[datetime, datetime] | None,
+                   run_id: str, dag_id: str, task_id: str, settings: Settings | None = None,
+                   tables: dict[str, str] | None = None, build_docs: bool = False,
+                   now: datetime | None = None) -> DqOutcome:
+    """:func:`validate` with the suite given (tests, ad-hoc suites); ``tables`` renames ``{table:...}`` references.
+
+    ``build_docs`` also renders the validation into the Data Docs site of ``settings``' state dir.
+    """
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    now = now or datetime.now(UTC)
+    if settings is None and _needs_settings(suite):
+        from spark_jobs.settings import load_settings
+
+        settings = load_settings()
+    params = query_params(suite.table, interval, now, settings)
+    specs = [(spec, _filled(spec, params, tables)) for spec in suite.expectations]
+    ctx, bd, vd = _gx_objects(spark, suite, specs)
+    present = set(df.columns)
+    index_cols = [k for k in suite.row_keys if k in present]
+    result_format: dict[str, Any] = {"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS}
+    if index_cols:
+        result_format["unexpected_index_column_names"] = index_cols
+    validation = vd.run(batch_parameters={"dataframe": df}, result_format=result_format,
+                        run_id=RunIdentifier(run_name=run_id, run_time=now))
+    by_name = {spec.name: spec for spec, _ in specs}
+    results: list[ExpectationResult] = []
+    for r in validation.results:
+        name = str((r.expectation_config.meta or {}).get("dq_name"))
+        results.append(_to_result(suite.table, by_name[name], r))
+    order = {spec.name: i for i, (spec, _) in enumerate(specs)}
+    results.sort(key=lambda res: order[res.expectation])
+
+    blocked = any(not r.success and (r.severity == "block" or (r.severity == "quarantine" and r.error))
+                  for r in results)
+    to_quarantine = [r for r in results if not r.success and r.severity == "quarantine" and not r.error]
+    passed, quarantined = df, None
+    if to_quarantine:
+        missing = [k for k in suite.row_keys if k not in present]
+        if missing:
+            raise ValueError(f"{suite.table}: row_keys {missing} are not columns of the frame: cannot quarantine rows")
+        filled = {spec.name: kwargs for spec, kwargs in specs}
+        bad: list[tuple[str, DataFrame]] = []
+        batch = None
+        for r in to_quarantine:
+            spec = by_name[r.expectation]
+            if spec.type == CUSTOM_SQL:
+                view = f"__dq_{uuid.uuid4().hex}"
+                df.createOrReplaceTempView(view)
+                query = str(filled[spec.name]["unexpected_rows_query"]).format(batch=view)
+                bad.append((spec.name, spark.sql(query)))
+            else:
+                if batch is None:
+                    batch = bd.get_batch(batch_parameters={"dataframe": df})
+                expectation = expectation_classes()[spec.type](**filled[spec.name])
+                bad.append((spec.name, _map_unexpected(batch, expectation)))
+        passed, quarantined = _split(spark, df, suite.row_keys, bad)
+
+    outcome = DqOutcome(table=suite.table, interval=interval, run_id=run_id, dag_id=dag_id, task_id=task_id,
+                        validated_at=now, results=results, passed=passed, quarantined=quarantined, blocked=blocked,
+                        row_keys=suite.row_keys)
+    if build_docs:
+        if settings is None:
+            from spark_jobs.settings import load_settings
+
+            settings = load_settings()
+        outcome.docs_url = build_data_docs(settings, ctx, validation, f"{dag_id}.{task_id}")
+    return outcome
+
+
+def validate(spark: SparkSession, df: DataFrame, table: str, *, interval: tuple[datetime, datetime] | None,
+             run_id: str, dag_id: str, task_id: str) -> DqOutcome:
+    """Validate ``df`` (rows of ``table``, or of its ``interval``) against ``expectations/<table>.yml``.
+
+    Builds the validation's Data Docs page under the state dir. Writes no table:
+    call :func:`write_results` and :func:`write_quarantine`, publish ``passed``
+    unless ``blocked``.
+    """
+    from spark_jobs.settings import load_settings
+
+    return validate_suite(spark, df, load_suite(table), interval=interval, run_id=run_id, dag_id=dag_id,
+                          task_id=task_id, settings=load_settings(), build_docs=True)
+
+
+# --------------------------------------------------------------------------- Data Docs
+
+
+def gx_project_dir(settings: Settings) -> Path:
+    """The GX file context (suites, validation results, Data Docs) of this installation."""
+    return settings.state_dir / "dq"
+
+
+def data_docs_dir(settings: Settings) -> Path:
+    """The static Data Docs site (``index.html``) to serve."""
+    return gx_project_dir(settings) / "gx" / "uncommitted" / "data_docs" / "local_site"
+
+
+@contextlib.contextmanager
+def _project_lock(settings: Settings) -> Iterator[None]:
+    """Parallel tasks share one GX project on disk: its config and index are written under this lock."""
+    folder = gx_project_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_data_docs(settings: Settings, run_ctx: Any, validation: Any, batch_name: str) -> str | None:
+    """Store ``validation`` (and its suite) in the file project and render its page; -> the page's ``file://`` URL."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    with _project_lock(settings):
+        ctx = gx.get_context(mode="file", project_root_dir=str(gx_project_dir(settings)))
+        suite = run_ctx.suites.get(validation.suite_name)
+        suite_dict = suite.to_json_dict()
+        suite_dict.pop("id", None)
+        for e in suite_dict.get("expectations", []):
+            e.pop("id", None)
+        ctx.suites.add_or_update(gx.ExpectationSuite(**suite_dict))
+        key = ValidationResultIdentifier(
+            expectation_suite_identifier=ExpectationSuiteIdentifier(name=validation.suite_name),
+            run_id=validation.meta["run_id"], batch_identifier=_safe(batch_name))
+        ctx.validation_results_store.set(key, validation)
+        pages: Any = [key, ExpectationSuiteIdentifier(name=validation.suite_name)]  # GX types it as one kind
+        ctx.build_data_docs(resource_identifiers=pages)
+        urls = ctx.get_docs_sites_urls(resource_identifier=key)
+    return str(urls[0]["site_url"]) if urls else None
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "whole"

@@ -1,0 +1,117 @@
+"""Where validations land: ``ops.dq_results`` (one row per expectation) and ``quarantine.dq_<table>`` (rows moved).
+
+Both writes are idempotent per (run_id, table, task): a retry or a cleared task
+replaces its own rows (Delta ``replaceWhere`` through :mod:`spark_jobs.io`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.io import replace_partition
+from spark_jobs.quality.runner import EXPECTATIONS_COLUMN, DqOutcome, utc_micros
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from spark_jobs.settings import Settings
+
+RESULTS_TABLE = "ops.dq_results"
+#: Attempts of a write that lost a race with another task's commit to the same table.
+WRITE_ATTEMPTS = 4
+
+
+def results_schema() -> StructType:
+    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
+
+    s, ts = StringType(), TimestampType()
+    return StructType([
+        StructField("run_id", s), StructField("dag_id", s), StructField("task_id", s), StructField("table_name", s),
+        StructField("interval_start", ts), StructField("interval_end", ts), StructField("expectation", s),
+        StructField("expectation_type", s), StructField("severity", s), StructField("success", BooleanType()),
+        StructField("observed_value", s), StructField("unexpected_count", LongType()),
+        StructField("unexpected_sample", s), StructField("validated_at", ts),
+    ])
+
+
+def quarantine_table(table: str) -> str:
+    """``gold.fct_orders`` -> ``quarantine.dq_gold_fct_orders``."""
+    return "quarantine.dq_" + table.replace(".", "_")
+
+
+def sql_string(value: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _scope(outcome: DqOutcome) -> str:
+    return (f"run_id = {sql_string(outcome.run_id)} AND table_name = {sql_string(outcome.table)} "
+            f"AND task_id = {sql_string(outcome.task_id)}")
+
+
+def results_rows(outcome: DqOutcome) -> list[tuple[Any, ...]]:
+    """``outcome.results`` as ``ops.dq_results`` rows (driver-side: one small row per expectation)."""
+    start, end = outcome.interval if outcome.interval else (None, None)
+    return [(outcome.run_id, outcome.dag_id, outcome.task_id, outcome.table, start, end, r.expectation,
+             r.expectation_type, r.severity, r.success, r.observed_value, r.unexpected_count, r.unexpected_sample,
+             outcome.validated_at) for r in outcome.results]
+
+
+def _with_retries(write: Any, what: str) -> None:
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            write()
+            return
+        except Exception as exc:
+            # Delta's optimistic concurrency: another task committed to the table meanwhile. Our rows are
+            # keyed by (run, table, task), so re-running the overwrite is safe.
+            if "Concurrent" not in type(exc).__name__ + str(exc)[:500] or attempt == WRITE_ATTEMPTS:
+                raise
+            time.sleep(attempt * 2)
+    raise AssertionError(f"unreachable: {what}")
+
+
+def write_results(spark: SparkSession, settings: Settings, outcome: DqOutcome) -> None:
+    """Replace this (run_id, table, task)'s rows of ``ops.dq_results`` with one row per expectation."""
+    frame = spark.createDataFrame(results_rows(outcome), results_schema())
+    _with_retries(lambda: replace_partition(frame, settings, RESULTS_TABLE, _scope(outcome)), RESULTS_TABLE)
+
+
+def quarantine_frame(outcome: DqOutcome, quarantined: DataFrame) -> DataFrame:
+    """``outcome.quarantined`` -> quarantine rows: run, task, table, interval, expectation(s), the row as JSON."""
+    from pyspark.sql import functions as F
+
+    start, end = outcome.interval if outcome.interval else (None, None)
+    row_cols = [c for c in quarantined.columns if c != EXPECTATIONS_COLUMN]
+
+    def ts(value: Any) -> Any:
+        return F.lit(None).cast("timestamp") if value is None else F.timestamp_micros(F.lit(utc_micros(value)))
+
+    return quarantined.select(
+        F.lit(outcome.run_id).alias("run_id"), F.lit(outcome.dag_id).alias("dag_id"),
+        F.lit(outcome.task_id).alias("task_id"), F.lit(outcome.table).alias("table_name"),
+        ts(start).alias("interval_start"), ts(end).alias("interval_end"),
+        F.array_join(F.col(EXPECTATIONS_COLUMN), ", ").alias("expectation"),
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in row_cols])).alias("row_json"),
+        ts(outcome.validated_at).alias("quarantined_at"),
+    )
+
+
+def write_quarantine(spark: SparkSession, settings: Settings, outcome: DqOutcome) -> None:
+    """Replace this (run_id, table, task)'s rows of ``quarantine.dq_<table>`` with ``outcome.quarantined``.
+
+    With nothing quarantined, rows an earlier attempt of the same task wrote are cleared (if the table exists).
+    """
+    name = quarantine_table(outcome.table)
+    if outcome.quarantined is None:
+        if not spark.catalog.tableExists(name):
+            return
+        from pyspark.sql.types import StructField, StructType
+
+        spark_schema = spark.table(name).schema
+        frame = spark.createDataFrame([], StructType([StructField(f.name, f.dataType) for f in spark_schema]))
+    else:
+        frame = quarantine_frame(outcome, outcome.quarantined)
+    _with_retries(lambda: replace_partition(frame, settings, name, _scope(outcome)), name)
