@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from datetime import date
 
 from spark_jobs.settings import SettingsError
 
@@ -60,6 +61,18 @@ def _build_parser() -> argparse.ArgumentParser:
                           add_help=False)
     bev.add_argument("args", nargs=argparse.REMAINDER)
 
+    dq = sub.add_parser("dq", help="data quality: suites in expectations/, results in ops.dq_results")
+    dsub = dq.add_subparsers(dest="action", required=True)
+    dst = dsub.add_parser("status", help="latest verdict per table")
+    dst.add_argument("--table")
+    dst.add_argument("--json", action="store_true")
+    dhist = dsub.add_parser("history", help="validations newest first with their pass rate (the trend)")
+    dhist.add_argument("--table")
+    dhist.add_argument("--limit", type=int, default=50)
+    drun = dsub.add_parser("run", help="validate a table now (whole, or one UTC day) and record the results")
+    drun.add_argument("--table", required=True)
+    drun.add_argument("--date", type=date.fromisoformat, help="YYYY-MM-DD: only that UTC day (tables with a date)")
+
     reconcile = sub.add_parser("reconcile", help="ledgers: what was sent vs what the lake holds")
     rsub = reconcile.add_subparsers(dest="kind", required=True)
     rev = rsub.add_parser("events", help="sent = silver (unique) + duplicates removed + quarantined", add_help=False)
@@ -99,11 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rest is not None:
         args.args = rest
     from spark_jobs.connectors import ConnectorError
+    from spark_jobs.quality.suites import SuiteError
     from spark_jobs.stack.supervisor import StackError
 
     try:
         return _dispatch(args)
-    except (StackError, SettingsError, FileNotFoundError, ConnectorError) as exc:
+    except (StackError, SettingsError, FileNotFoundError, ConnectorError, SuiteError) as exc:
         print(f"lake: {exc}", file=sys.stderr)
         return 2
 
@@ -169,6 +183,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from spark_jobs import bench
 
         return bench.main(args.args)
+    if args.command == "dq":
+        return _dq(args)
     if args.command == "reconcile":
         from spark_jobs import reconcile
 
@@ -203,6 +219,20 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{key} = {value}")
         return 0
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _dq(args: argparse.Namespace) -> int:
+    from spark_jobs.quality import checks
+    from spark_jobs.session import build_session
+    from spark_jobs.settings import load_settings
+
+    settings = load_settings()
+    spark = build_session(settings, f"lake-dq-{args.action}")
+    if args.action == "status":
+        return checks.main_status(spark, args.table, args.json)
+    if args.action == "history":
+        return checks.main_history(spark, args.table, args.limit)
+    return checks.main_run(spark, settings, args.table, args.date)
 
 
 def _stream(args: argparse.Namespace) -> int:

@@ -124,6 +124,10 @@ class Settings:
     events_watermark_minutes: int
     events_parse_processes: int
 
+    # Data quality (spark_jobs.quality): freshness SLOs of the live tables
+    dq_freshness_silver_seconds: int
+    dq_freshness_hot_seconds: int
+
     # Airflow
     airflow_port: int
     airflow_url: str
@@ -240,6 +244,8 @@ _DEFAULTS: dict[str, str] = {
     "events_trigger_seconds": "1",
     "events_watermark_minutes": "10",
     "events_parse_processes": "0",
+    "dq_freshness_silver_seconds": "900",
+    "dq_freshness_hot_seconds": "300",
     "airflow_port": "18080",
     "airflow_url": "http://{host}:{airflow_port}",
     "airflow_admin_user": "admin",
@@ -340,5 +346,8 @@ def _validate(s: Settings) -> None:
     if s.events_parse_processes < 0:
         raise SettingsError(f"LAKE_EVENTS_PARSE_PROCESSES={s.events_parse_processes} must be >= 0 "
                             "(0: one per CPU of the driver, at most 8; 1: parse in the driver process only)")
+    if s.dq_freshness_silver_seconds < 1 or s.dq_freshness_hot_seconds < 1:
+        raise SettingsError(f"LAKE_DQ_FRESHNESS_SILVER_SECONDS={s.dq_freshness_silver_seconds} and "
+                            f"LAKE_DQ_FRESHNESS_HOT_SECONDS={s.dq_freshness_hot_seconds} must both be >= 1 (seconds)")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")

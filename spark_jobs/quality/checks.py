@@ -1,0 +1,162 @@
+"""Checks of whole tables: the ``lake_dq_streaming`` tasks and ``lake dq run|status|history``.
+
+A live check reads the table as it is now (a silver CDC view or hot table whole;
+``silver.events`` only its last ``live_days`` event dates, per the suite's
+``meta``), validates it, records the results (and any quarantine rows: for
+tables the streaming app owns they are copies for triage, silver itself is not
+changed) and raises :class:`DqBlocked` if a ``block`` expectation failed.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.quality.runner import DqBlocked, DqOutcome, validate
+from spark_jobs.quality.store import RESULTS_TABLE, write_quarantine, write_results
+from spark_jobs.quality.suites import Suite, load_suite
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import Settings
+
+#: Tables the ``lake_dq_streaming`` DAG checks (the streaming app's silver and hot tables).
+LIVE_TABLES = ("silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.events",
+               "hot.sales_per_minute", "hot.active_users_5m", "hot.funnel_15m")
+
+
+def _utc_date_col(column: str) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType
+
+    return F.col(column) if column.endswith("_date") else F.date_from_unix_date(
+        F.floor(F.unix_seconds(F.col(column)) / F.lit(86400)).cast("int")).cast(DateType())
+
+
+def table_frame(spark: SparkSession, suite: Suite, *, day: date | None = None, now: datetime | None = None
+                ) -> tuple[DataFrame, tuple[datetime, datetime] | None]:
+    """The rows of ``suite.table`` to validate and their interval: one UTC ``day``, the live window, or all."""
+    from pyspark.sql import functions as F
+
+    df = spark.table(suite.table)
+    date_column = suite.meta.get("date_column")
+    if day is not None:
+        if not date_column:
+            raise ValueError(f"{suite.table} has no date column (meta.date_column in {suite.path}): validate it whole")
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        return df.where(_utc_date_col(str(date_column)) == F.lit(day)), (start, start + timedelta(days=1))
+    if suite.meta.get("live") == "days" and date_column:
+        today = (now or datetime.now(UTC)).date()
+        first = today - timedelta(days=int(suite.meta.get("live_days", 1)) - 1)
+        return df.where(_utc_date_col(str(date_column)) >= F.lit(first)), None
+    return df, None
+
+
+def check_table(spark: SparkSession, settings: Settings, table: str, *, run_id: str, dag_id: str, task_id: str,
+                day: date | None = None) -> DqOutcome:
+    """Validate ``table`` now (or one UTC ``day`` of it), record results and quarantine rows; -> the outcome."""
+    suite = load_suite(table)
+    df, interval = table_frame(spark, suite, day=day)
+    outcome = validate(spark, df, table, interval=interval, run_id=run_id, dag_id=dag_id, task_id=task_id)
+    write_results(spark, settings, outcome)
+    write_quarantine(spark, settings, outcome)
+    return outcome
+
+
+def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str) -> str:
+    """Airflow task body of ``lake_dq_streaming``: check one live table; raises :class:`DqBlocked` on a block failure.
+
+    Runs on the stack's Spark Connect server when ``spark_jobs.session`` offers one (no JVM per task), else
+    in a local session.
+    """
+    from spark_jobs import session as lake_session
+    from spark_jobs.settings import load_settings
+
+    settings = load_settings()
+    connect = getattr(lake_session, "connect_session", None)
+    spark = connect(settings) if connect is not None else lake_session.build_session(settings, f"lake-dq-{table}")
+    outcome = check_table(spark, settings, table, run_id=run_id, dag_id=dag_id, task_id=task_id)
+    text = outcome.summary()
+    print(text, flush=True)
+    if outcome.blocked:
+        raise DqBlocked(text)
+    return text.splitlines()[0]
+
+
+# --------------------------------------------------------------------------- lake dq status / history
+
+
+def latest_verdicts(spark: SparkSession, table: str | None = None) -> list[dict[str, Any]]:
+    """Per table: its newest validation (by ``validated_at``) summed up; failed expectations by name."""
+    where = "" if table is None else "WHERE table_name = " + _literal(table)
+    rows = spark.sql(f"""
+        WITH v AS (SELECT *, max(validated_at) OVER (PARTITION BY table_name) AS newest FROM {RESULTS_TABLE} {where})
+        SELECT table_name, first(run_id) AS run_id, first(dag_id) AS dag_id, first(task_id) AS task_id,
+               newest AS validated_at, count(*) AS expectations, count_if(NOT success) AS failed,
+               count_if(NOT success AND severity = 'block') AS blocking,
+               sort_array(collect_list(CASE WHEN NOT success THEN concat(severity, ':', expectation) END)) AS failures
+        FROM v WHERE validated_at = newest GROUP BY table_name, newest ORDER BY table_name""").collect()
+    out = []
+    for r in rows:
+        verdict = "BLOCK" if r["blocking"] else "WARN" if r["failed"] else "PASS"
+        out.append({"table": r["table_name"], "verdict": verdict, "validated_at": r["validated_at"].isoformat(),
+                    "run_id": r["run_id"], "dag_id": r["dag_id"], "task_id": r["task_id"],
+                    "expectations": r["expectations"], "failed": r["failed"], "failures": list(r["failures"])})
+    return out
+
+
+def history(spark: SparkSession, table: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Validations newest first: table, time, run, pass rate, failed count (the trend of ``ops.dq_results``)."""
+    where = "" if table is None else "WHERE table_name = " + _literal(table)
+    rows = spark.sql(f"""
+        SELECT table_name, validated_at, run_id, task_id, count(*) AS expectations, count_if(success) AS passed,
+               count_if(NOT success AND severity = 'block') AS blocking
+        FROM {RESULTS_TABLE} {where}
+        GROUP BY table_name, validated_at, run_id, task_id ORDER BY validated_at DESC, table_name LIMIT {int(limit)}
+    """).collect()
+    return [{"table": r["table_name"], "validated_at": r["validated_at"].isoformat(), "run_id": r["run_id"],
+             "task_id": r["task_id"], "expectations": r["expectations"], "passed": r["passed"],
+             "pass_rate": round(r["passed"] / r["expectations"], 4) if r["expectations"] else None,
+             "blocking": r["blocking"]} for r in rows]
+
+
+def main_run(spark: SparkSession, settings: Settings, table: str, day: date | None) -> int:
+    """``lake dq run``: validate ``table`` (whole, or one UTC day) now; exit 1 if blocked."""
+    from uuid import uuid4
+
+    run_id = f"manual__{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}_{uuid4().hex[:6]}"
+    outcome = check_table(spark, settings, table, run_id=run_id, dag_id="lake_dq_cli", task_id=table, day=day)
+    print(outcome.summary())
+    return 1 if outcome.blocked else 0
+
+
+def _literal(value: str) -> str:
+    from spark_jobs.quality.store import sql_string
+
+    return sql_string(value)
+
+
+def main_status(spark: SparkSession, table: str | None, as_json: bool) -> int:
+    verdicts = latest_verdicts(spark, table) if spark.catalog.tableExists(RESULTS_TABLE) else []
+    if as_json:
+        print(json.dumps({"tables": verdicts}, indent=2))
+    elif not verdicts:
+        print(f"no validations recorded in {RESULTS_TABLE}" + (f" for {table}" if table else ""))
+    else:
+        for v in verdicts:
+            print(f"{v['table']:<24} {v['verdict']:<5} {v['validated_at']}  {v['failed']}/{v['expectations']} failed"
+                  f"  run={v['run_id']}  {', '.join(v['failures'])}")
+    return 1 if any(v["verdict"] == "BLOCK" for v in verdicts) else 0
+
+
+def main_history(spark: SparkSession, table: str | None, limit: int) -> int:
+    rows = history(spark, table, limit) if spark.catalog.tableExists(RESULTS_TABLE) else []
+    for h in rows:
+        rate = "-" if h["pass_rate"] is None else f"{100 * h['pass_rate']:.1f}%"
+        print(f"{h['validated_at']}  {h['table']:<24} pass {rate:>6} ({h['passed']}/{h['expectations']})"
+              f"  blocking={h['blocking']}  run={h['run_id']}")
+    if not rows:
+        print(f"no validations recorded in {RESULTS_TABLE}" + (f" for {table}" if table else ""))
+    return 0
