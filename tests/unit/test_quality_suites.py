@@ -87,7 +87,7 @@ expectations:
 """
     with pytest.raises(SuiteError, match=r"unknown placeholder \{yesterday\}"):
         load_suite_file(write(tmp_path, "silver.orders.yml", placeholder))
-    with pytest.raises(SuiteError, match="the file is named for silver.products but says table: silver.orders"):
+    with pytest.raises(SuiteError, match=r"the file is named for silver\.products but says table: silver\.orders"):
         load_suite_file(write(tmp_path, "silver.products.yml", GOOD % "warn"))
     no_keys = (GOOD % "quarantine").replace("row_keys: [order_id]\n", "")
     with pytest.raises(SuiteError, match="needs the suite's row_keys"):
