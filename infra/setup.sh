@@ -34,6 +34,16 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
     die "PostgreSQL server binaries not found; sudo apt-get install postgresql-15"
   fi
 fi
+# The browser test of the Airflow UI drives Debian's Chromium through Playwright (Playwright's own
+# browser download cannot work without its CDN); `make test` needs it, `make demo` does not.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    step "installing Debian's chromium (browser test of the Airflow UI)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "warning: chromium not found; the Airflow UI browser test will fail (sudo apt-get install chromium)" >&2
+  fi
+fi
 echo "ok ($(java -version 2>&1 | head -1), $(go version | cut -d' ' -f3), $("$PYTHON" --version))"
 
 step "Python environment $VENV"

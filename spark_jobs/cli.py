@@ -61,6 +61,18 @@ def _build_parser() -> argparse.ArgumentParser:
                           add_help=False)
     bev.add_argument("args", nargs=argparse.REMAINDER)
 
+    bgold = bsub.add_parser("gold", help="backfill seconds, Spark vs DuckDB on fct_daily_sales", add_help=False)
+    bgold.add_argument("args", nargs=argparse.REMAINDER)
+
+    gold = sub.add_parser("gold", help="gold batch views (what the lake_gold_daily DAG runs)")
+    gsub = gold.add_subparsers(dest="action", required=True)
+    gbuild = gsub.add_parser("build", help="build gold tables for UTC days on the stack's Spark Connect server",
+                             add_help=False)
+    gbuild.add_argument("args", nargs=argparse.REMAINDER)
+    gback = gsub.add_parser("backfill", help="backfill lake_gold_daily through Airflow's REST API and wait",
+                            add_help=False)
+    gback.add_argument("args", nargs=argparse.REMAINDER)
+
     dq = sub.add_parser("dq", help="data quality: suites in expectations/, results in ops.dq_results")
     dsub = dq.add_subparsers(dest="action", required=True)
     dst = dsub.add_parser("status", help="latest verdict per table")
@@ -180,9 +192,21 @@ def _dispatch(args: argparse.Namespace) -> int:
             from spark_jobs import bench_events
 
             return bench_events.main(args.args)
+        if args.kind == "gold":
+            from spark_jobs import bench_gold
+
+            return bench_gold.main(args.args)
         from spark_jobs import bench
 
         return bench.main(args.args)
+    if args.command == "gold":
+        if args.action == "backfill":
+            from spark_jobs import airflow_api
+
+            return airflow_api.backfill_main(args.args)
+        from spark_jobs.jobs import gold as gold_job
+
+        return gold_job.main(args.args)
     if args.command == "dq":
         return _dq(args)
     if args.command == "reconcile":

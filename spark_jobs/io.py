@@ -66,3 +66,15 @@ def replace_partition(df: DataFrame, settings: Settings, name: str, predicate: s
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.saveAsTable(name)
+
+
+def replace_table(df: DataFrame, settings: Settings, name: str) -> None:
+    """Overwrite the whole table with ``df`` in one Delta commit (readers see the old or the new version).
+
+    For tables rebuilt from a complete input each run (SCD2 dimensions from the CDC history): the same
+    input gives the same table, so re-runs are idempotent. Created and registered on first write.
+    """
+    db, _ = split_table(name)
+    ensure_database(df.sparkSession, settings, db)
+    (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .option("path", table_location(settings, name)).saveAsTable(name))

@@ -93,3 +93,14 @@ def build_session(settings: Settings, app_name: str, extra: dict[str, str] | Non
         builder = builder.config(key, value)
     builder = builder.enableHiveSupport()
     return builder.getOrCreate()
+
+
+def connect_session(settings: Settings) -> SparkSession:
+    """A Spark Connect session on the stack's long-running Spark server (``spark-connect`` service).
+
+    Used by Airflow tasks and ``lake gold``: plans go to one warm driver that already holds the lake's
+    configuration, so a task costs seconds instead of a JVM start.
+    """
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(settings.spark_connect_url).getOrCreate()

@@ -109,6 +109,9 @@ class Settings:
     metastore_heap: str
     thrift_port: int
     thrift_driver_memory: str
+    spark_connect_port: int
+    spark_connect_driver_memory: str
+    spark_connect_token: str
 
     # Streaming app
     stream_max_offsets_per_trigger: int
@@ -177,6 +180,16 @@ class Settings:
     def airflow_db(self) -> str:
         return "airflow"
 
+    @property
+    def spark_connect_url(self) -> str:
+        """``sc://`` URL of the stack's Spark Connect server, with its bearer token (a secret: never print it).
+
+        pyspark sends a token over a local-credentials channel only to ``localhost``; any other host needs TLS.
+        """
+        host = "localhost" if self.host in ("127.0.0.1", "localhost", "::1") else self.host
+        token = f";token={self.spark_connect_token}" if self.spark_connect_token else ""
+        return f"sc://{host}:{self.spark_connect_port}/{token}"
+
     def pg_dsn(self, database: str | None = None) -> str:
         """libpq DSN for the stack superuser (admin and metadata use only)."""
         db = database or "postgres"
@@ -232,6 +245,9 @@ _DEFAULTS: dict[str, str] = {
     "metastore_heap": "512m",
     "thrift_port": "10000",
     "thrift_driver_memory": "1g",
+    "spark_connect_port": "15002",
+    "spark_connect_driver_memory": "2g",
+    "spark_connect_token": "",
     "stream_max_offsets_per_trigger": "100000",
     "stream_max_records_per_task": "10000",
     "stream_trigger_seconds": "2",
@@ -263,6 +279,7 @@ SECRET_NAMES = (
     "s3_secret_key",
     "airflow_admin_password",
     "airflow_secret_key",
+    "spark_connect_token",
 )
 
 
@@ -315,7 +332,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 def _validate(s: Settings) -> None:
     for name in ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port",
-                 "minio_console_port", "metastore_port", "thrift_port", "airflow_port"):
+                 "minio_console_port", "metastore_port", "thrift_port", "spark_connect_port", "airflow_port"):
         port = getattr(s, name)
         if not 1 <= port <= 65535:
             raise SettingsError(f"{env_name(name)}={port} is not a TCP port (1-65535)")

@@ -210,12 +210,31 @@ def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
     write_private(home / "passwords.json", json.dumps({settings.airflow_admin_user: settings.airflow_admin_password}))
     import airflow
 
-    stamp = home / ".migrated"
-    if stamp.exists() and stamp.read_text().strip() == airflow.__version__:
-        return
-    print("  migrating the Airflow metadata database (first start takes a minute)", flush=True)
     full_env = {**os.environ, **env}
-    _run([str(venv_bin() / "airflow"), "db", "migrate"], "airflow db migrate", env=full_env)
-    stamp.write_text(airflow.__version__)
+    stamp = home / ".migrated"
+    if not (stamp.exists() and stamp.read_text().strip() == airflow.__version__):
+        print("  migrating the Airflow metadata database (first start takes a minute)", flush=True)
+        _run([str(venv_bin() / "airflow"), "db", "migrate"], "airflow db migrate", env=full_env)
+        stamp.write_text(airflow.__version__)
+    ensure_pools(home, full_env)
+
+
+#: One slot per gold table: two DAG runs (scheduled or backfill) never write the same Delta table at once
+#: (Delta on S3 without a DynamoDB log store: one writer per table, DESIGN.md).
+GOLD_POOLS = {f"gold_{t}": f"one writer at a time for gold.{t}"
+              for t in ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")}
+
+
+def ensure_pools(home: Path, env: dict[str, str]) -> None:
+    """Create the writer pools the DAGs use (``airflow pools import``, only when the set changed)."""
+    wanted = json.dumps({name: {"slots": 1, "description": desc, "include_deferred": False}
+                         for name, desc in sorted(GOLD_POOLS.items())}, indent=1)
+    path = home / "pools.json"
+    if path.exists() and path.read_text() == wanted and (home / ".pools-imported").exists():
+        return
+    path.write_text(wanted)
+    print(f"  creating Airflow pools {', '.join(sorted(GOLD_POOLS))}", flush=True)
+    _run([str(venv_bin() / "airflow"), "pools", "import", str(path)], "airflow pools import", env=env)
+    (home / ".pools-imported").write_text("ok")
 
 

@@ -192,6 +192,14 @@ def thrift(settings: Settings) -> Probe:
     return False, f"nothing listening on {settings.host}:{settings.thrift_port}"
 
 
+def spark_connect(settings: Settings) -> Probe:
+    # The gRPC port opens once the server's SparkSession (catalog, jars) is up; `lake gold` and the
+    # gold DAG's tasks run real plans through it (tests/integration/test_gold.py).
+    if port_open(settings.host, settings.spark_connect_port):
+        return True, f"Spark Connect listening on {settings.host}:{settings.spark_connect_port}"
+    return False, f"nothing listening on {settings.host}:{settings.spark_connect_port}"
+
+
 def airflow(settings: Settings) -> Probe:
     try:
         body = http_json(f"{settings.airflow_url}/api/v2/monitor/health")

@@ -29,6 +29,7 @@ PORT_SETTING = {
     "connect": ("connect_port",),
     "metastore": ("metastore_port",),
     "thrift": ("thrift_port",),
+    "spark-connect": ("spark_connect_port",),
     "airflow": ("airflow_port",),
 }
 

@@ -317,6 +317,29 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=180,
         hint="the Spark Thrift Server needs the metastore and MinIO",
     )
+    # The batch layer's Spark driver: Airflow tasks send their plans here over Spark Connect instead of
+    # starting a JVM each (a spark-submit costs ~30 s here; a 7-day backfill is dozens of tasks). One
+    # long-running driver also makes it the single writer of gold/ops tables (DESIGN.md, single writer).
+    # The token comes through the environment (not the command line, which other users can read).
+    spark_connect = Service(
+        name="spark-connect",
+        programs=(Program(
+            name="spark-connect",
+            command=[str(venv_bin() / "spark-submit"), "--class",
+                     "org.apache.spark.sql.connect.service.SparkConnectServer",
+                     "--name", "lake-spark-connect",
+                     "--conf", f"spark.driver.memory={settings.spark_connect_driver_memory}",
+                     "--conf", f"spark.connect.grpc.binding.address={host}",
+                     "--conf", f"spark.connect.grpc.binding.port={settings.spark_connect_port}",
+                     "spark-internal"],
+            env={**env, "HADOOP_USER_NAME": "lake", "SPARK_CONNECT_AUTHENTICATE_TOKEN": settings.spark_connect_token},
+        ),),
+        ports=(settings.spark_connect_port,),
+        endpoint=f"sc://{host}:{settings.spark_connect_port}",
+        probe=health.spark_connect,
+        start_timeout=180,
+        hint="the Spark Connect server needs the metastore and MinIO",
+    )
     af_env = {**env, **airflow_env(settings)}
     airflow_bin = str(venv_bin() / "airflow")
     airflow = Service(
@@ -335,7 +358,7 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=240,
         hint="Airflow needs PostgreSQL; its metadata DB is migrated by `lake stack up`",
     )
-    return [postgres, minio, kafka, connect, metastore, thrift, airflow]
+    return [postgres, minio, kafka, connect, metastore, thrift, spark_connect, airflow]
 
 
 def stream_program(settings: Settings) -> Program:

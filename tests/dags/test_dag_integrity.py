@@ -64,3 +64,34 @@ def test_dags_do_not_read_variables_or_connections_at_parse_time() -> None:
         text = path.read_text()
         for forbidden in ("Variable.get(", "get_connection(", "BaseHook.get", "requests.", "SparkSession"):
             assert forbidden not in text, f"{path.name} uses {forbidden} at module level"
+
+
+def test_gold_dag_has_real_intervals_pools_assets_and_order(dagbag: Any) -> None:
+    from datetime import UTC, datetime
+
+    import pendulum
+    from airflow.sdk import CronDataIntervalTimetable
+    from airflow.timetables.interval import CronDataIntervalTimetable as SchedulerTimetable
+
+    dag = dagbag.dags["lake_gold_daily"]
+    # A real [start, end) interval: a plain cron string would give start == end in Airflow 3.
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    core = SchedulerTimetable(dag.timetable.expression, dag.timetable.timezone)
+    info = core.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 20, 5, tz="UTC"))
+    assert (info.start, info.end) == (datetime(2026, 11, 19, tzinfo=UTC), datetime(2026, 11, 20, tzinfo=UTC))
+    tables = ["dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel"]
+    assert sorted(dag.task_ids) == sorted(tables)
+    for t in tables:
+        task = dag.get_task(t)
+        assert task.pool == f"gold_{t}", "one writer per gold table: its own 1-slot pool"
+        assert [o.name for o in task.outlets] == [f"gold.{t}"]
+    assert dag.get_task("fct_orders").upstream_task_ids == {"dim_customers", "dim_products"}
+    assert dag.get_task("fct_daily_sales").upstream_task_ids == {"fct_orders"}
+    assert dag.catchup is False and dag.max_active_runs >= 1
+
+
+def test_gold_pools_created_by_the_stack_match_the_dag(dagbag: Any) -> None:
+    from spark_jobs.stack.bootstrap import GOLD_POOLS
+
+    used = {t.pool for t in dagbag.dags["lake_gold_daily"].tasks}
+    assert used == set(GOLD_POOLS)

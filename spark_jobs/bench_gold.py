@@ -1,0 +1,141 @@
+"""``lake bench gold``: the batch layer's figures, measured in one run (printed, never asserted).
+
+1. Backfill seconds: ``lake_gold_daily`` over N days through Airflow's REST API (reprocess all), from
+   the POST to the last run's success, the way a user's backfill runs.
+2. Spark vs DuckDB on the same input: the orders and items of those days written once as Parquet
+   (local files), then ``fct_daily_sales`` for the N days computed by Spark (the stack's Spark Connect
+   server: the engine the DAG uses) and by DuckDB (in process), each timed over ``--repeat`` runs
+   (best taken), the two results compared row for row, and the ratio printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+DUCKDB_DAILY_SALES = """
+WITH lines AS (
+  SELECT order_id, sum(quantity) AS units,
+         sum(round_even(quantity * unit_price * (1 - coalesce(discount, 0)), 2)) AS items_amount
+  FROM read_parquet('{items}') GROUP BY order_id
+), f AS (
+  SELECT o.order_id, o.customer_id, o.status, o.currency, o.total, coalesce(l.units, 0) AS units,
+         CAST(timezone('UTC', o.placed_at) AS DATE) AS order_date
+  FROM read_parquet('{orders}') o LEFT JOIN lines l USING (order_id)
+  WHERE o.placed_at >= TIMESTAMPTZ '{start}' AND o.placed_at < TIMESTAMPTZ '{end}'
+)
+SELECT order_date, currency, count(*) AS orders,
+       count(*) FILTER (WHERE status IN ('paid', 'shipped')) AS paid_orders,
+       coalesce(sum(total) FILTER (WHERE status IN ('paid', 'shipped')), 0) AS revenue,
+       coalesce(sum(total) FILTER (WHERE status = 'refunded'), 0) AS refunded_amount,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled_orders,
+       coalesce(sum(units) FILTER (WHERE status IN ('paid', 'shipped')), 0) AS units,
+       count(DISTINCT customer_id) AS customers
+FROM f GROUP BY order_date, currency ORDER BY order_date, currency
+"""
+
+
+def _norm(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    out = []
+    for r in rows:
+        out.append(tuple(str(v) if isinstance(v, date) else (Decimal(v).quantize(Decimal("0.01"))
+                                                             if isinstance(v, Decimal | float) else v) for v in r))
+    return sorted(out)
+
+
+def _best(fn: Any, repeat: int) -> tuple[float, Any]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import duckdb
+
+    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
+    from spark_jobs.gold.facts import fct_daily_sales, fct_orders
+    from spark_jobs.session import connect_session
+    from spark_jobs.settings import load_settings
+
+    p = argparse.ArgumentParser(prog="lake bench gold", description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--days", type=int, default=7, help="the last N complete UTC days (default 7)")
+    p.add_argument("--end", help="day after the last day, YYYY-MM-DD (default today UTC)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per engine; the best is reported")
+    p.add_argument("--skip-backfill", action="store_true", help="only the Spark vs DuckDB comparison")
+    args = p.parse_args(list(argv or []))
+    if args.days < 1 or args.repeat < 1:
+        p.error("--days and --repeat must be >= 1")
+    end_day = date.fromisoformat(args.end) if args.end else datetime.now(UTC).date()
+    first = end_day - timedelta(days=args.days)
+    start, end = datetime(first.year, first.month, first.day, tzinfo=UTC), datetime(
+        end_day.year, end_day.month, end_day.day, tzinfo=UTC)
+    settings = load_settings()
+    print(f"bench gold: {args.days} day(s) {first} .. {end_day - timedelta(days=1)}", flush=True)
+
+    if not args.skip_backfill:
+        client = AirflowClient(settings)
+        client.wait_for_dag(GOLD_DAG)
+        client.unpause(GOLD_DAG)
+        t0 = time.monotonic()
+        bf = client.backfill(GOLD_DAG, first, end_day - timedelta(days=1), "completed")
+        states = client.wait_backfill(GOLD_DAG, int(bf["id"]),
+                                      [first + timedelta(days=i) for i in range(args.days)], timeout=3600)
+        backfill_s = time.monotonic() - t0
+        ok = sum(1 for s in states.values() if s == "success")
+        print(f"backfill: {args.days} day(s) in {backfill_s:.1f} s ({backfill_s / args.days:.1f} s a day), "
+              f"{ok}/{args.days} succeeded", flush=True)
+
+    spark = connect_session(settings)
+    tmp = Path(tempfile.mkdtemp(prefix="lake-bench-gold-"))
+    try:
+        orders = spark.table("silver.orders").where(
+            f"placed_at >= TIMESTAMP'{start.isoformat()}' AND placed_at < TIMESTAMP'{end.isoformat()}'")
+        items = spark.table("silver.order_items").join(orders.select("order_id"), "order_id", "left_semi")
+        import pyarrow.parquet as pq
+
+        o_arrow, i_arrow = orders.toArrow(), items.toArrow()
+        pq.write_table(o_arrow, tmp / "orders.parquet")
+        pq.write_table(i_arrow, tmp / "items.parquet")
+        print(f"input: {o_arrow.num_rows} orders, {i_arrow.num_rows} items written once as Parquet ({tmp})",
+              flush=True)
+        # The Connect server runs on this machine: it reads the same local Parquet files DuckDB reads.
+        def run_spark() -> list[Any]:
+            o = spark.read.parquet(str(tmp / "orders.parquet"))
+            i = spark.read.parquet(str(tmp / "items.parquet"))
+            empty_dim = spark.createDataFrame([], "customer_key bigint, customer_id bigint, valid_from timestamp, "
+                                                  "valid_to timestamp, is_deleted boolean")
+            f = fct_orders(o, i, empty_dim, start, end)
+            return [tuple(r) for r in fct_daily_sales(f).select(
+                "order_date", "currency", "orders", "paid_orders", "revenue", "refunded_amount", "cancelled_orders",
+                "units", "customers").collect()]
+
+        def run_duckdb() -> list[Any]:
+            con = duckdb.connect()
+            con.execute("SET TimeZone = 'UTC'")
+            sql = DUCKDB_DAILY_SALES.format(items=tmp / "items.parquet", orders=tmp / "orders.parquet",
+                                            start=start.isoformat(), end=end.isoformat())
+            return con.execute(sql).fetchall()
+
+        spark_s, spark_rows = _best(run_spark, args.repeat)
+        duck_s, duck_rows = _best(run_duckdb, args.repeat)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    same = _norm(spark_rows) == _norm(duck_rows)
+    print(f"fct_daily_sales over {args.days} day(s): Spark {spark_s:.2f} s, DuckDB {duck_s:.3f} s "
+          f"(best of {args.repeat}); Spark/DuckDB = {spark_s / max(duck_s, 1e-9):.1f}x (goal <= 3x); "
+          f"results {'identical' if same else 'DIFFER'} ({len(spark_rows)} rows)", flush=True)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,245 @@
+"""Gold batch views: read -> transform -> write, one table per step, exactly one data interval per run.
+
+Steps (the daily DAG ``lake_gold_daily`` runs one task each, in this order):
+
+* ``dim_customers`` / ``dim_products``: SCD2 rebuilt from the whole ordered CDC history in bronze
+  (``spark_jobs.gold.history``/``dims``), overwritten whole. The history holds every committed change,
+  so the dimension "as of the interval's end" is contained in it, and a rebuild is idempotent: the same
+  bronze gives the same rows (surrogate keys derive from the key and the version's source position).
+* ``fct_orders``: orders placed in [start, end) from silver, ``replaceWhere`` on ``order_date``.
+* ``fct_daily_sales``: from ``gold.fct_orders`` of the interval, ``replaceWhere`` on ``order_date``.
+* ``fct_daily_funnel``: from ``silver.events`` of the interval, ``replaceWhere`` on ``event_date``.
+
+``replaceWhere`` replaces exactly the interval's partitions, so a re-run that finds no rows clears the
+day, and re-runs and backfills give identical rows. Writers: one Airflow pool per gold table keeps two
+runs (scheduled or backfill) from writing the same table at once, and every write goes through the
+stack's one Spark Connect driver (single writer per table on S3, DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import Settings
+
+#: Build order: the facts read the dimensions, daily sales reads fct_orders.
+STEPS = ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")
+#: The date column each partitioned table is replaced on (dimensions are not partitioned).
+PARTITION = {"fct_orders": "order_date", "fct_daily_sales": "order_date", "fct_daily_funnel": "event_date"}
+
+
+class IntervalError(ValueError):
+    """A run whose data interval cannot be computed (says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A data interval [start, end) of whole UTC days."""
+
+    start: datetime
+    end: datetime
+
+    @property
+    def days(self) -> list[date]:
+        d, out = self.start.date(), []
+        while d < self.end.date():
+            out.append(d)
+            d += timedelta(days=1)
+        return out
+
+    def predicate(self, column: str) -> str:
+        return f"{column} >= DATE'{self.start.date().isoformat()}' AND {column} < DATE'{self.end.date().isoformat()}'"
+
+    def __str__(self) -> str:
+        return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+
+def _utc(value: datetime | str | None, what: str) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise IntervalError(f"{what} {value!r} is not an ISO-8601 date or timestamp") from exc
+    if value.tzinfo is None:
+        raise IntervalError(f"{what} {value.isoformat()} has no time zone; give it in UTC (e.g. ...T00:00:00+00:00)")
+    return value.astimezone(UTC)
+
+
+def resolve_interval(start: datetime | str | None, end: datetime | str | None, day: str | None = None) -> Interval:
+    """The interval a run computes: ``day`` (YYYY-MM-DD) when given, else [start, end) of the run.
+
+    Raises :class:`IntervalError` naming the problem: a run without an interval (a plain cron schedule or
+    an asset-triggered run gives start == end in Airflow 3), or one that is not whole UTC days.
+    """
+    if day:
+        try:
+            d = date.fromisoformat(day)
+        except ValueError as exc:
+            raise IntervalError(f"day {day!r} is not a date; use YYYY-MM-DD") from exc
+        midnight = datetime(d.year, d.month, d.day, tzinfo=UTC)
+        return Interval(midnight, midnight + timedelta(days=1))
+    s, e = _utc(start, "data interval start"), _utc(end, "data interval end")
+    if s is None or e is None:
+        raise IntervalError("the run has no data interval: trigger it with a logical date, or set the 'day' param "
+                            "(YYYY-MM-DD) to the day to compute")
+    if e <= s:
+        raise IntervalError(f"the run's data interval {s.isoformat()} .. {e.isoformat()} is empty (start >= end): the "
+                            "DAG needs a CronDataIntervalTimetable, or set the 'day' param (YYYY-MM-DD)")
+    for t, what in ((s, "start"), (e, "end")):
+        if (t.hour, t.minute, t.second, t.microsecond) != (0, 0, 0, 0):
+            raise IntervalError(f"the data interval {what} {t.isoformat()} is not midnight UTC: gold partitions are "
+                                "whole UTC days")
+    return Interval(s, e)
+
+
+# ------------------------------------------------------------------------------------------- steps
+
+
+def _dim(spark: SparkSession, table: str) -> DataFrame:
+    from spark_jobs.contracts.shop import CUSTOMERS, PRODUCTS
+    from spark_jobs.gold.dims import dim_customers, dim_products
+    from spark_jobs.gold.history import cdc_history
+
+    contract, build = (CUSTOMERS, dim_customers) if table == "dim_customers" else (PRODUCTS, dim_products)
+    return build(cdc_history(spark.table(contract.bronze), contract))
+
+
+def compute(spark: SparkSession, step: str, interval: Interval) -> DataFrame:
+    """The DataFrame of gold table ``step`` for ``interval`` (reads the lake; writes nothing)."""
+    from spark_jobs.gold.facts import fct_daily_funnel, fct_daily_sales, fct_orders
+
+    if step in ("dim_customers", "dim_products"):
+        return _dim(spark, step)
+    if step == "fct_orders":
+        return fct_orders(spark.table("silver.orders"), spark.table("silver.order_items"),
+                          spark.table("gold.dim_customers"), interval.start, interval.end)
+    if step == "fct_daily_sales":
+        return fct_daily_sales(spark.table("gold.fct_orders").where(interval.predicate("order_date")))
+    if step == "fct_daily_funnel":
+        return fct_daily_funnel(spark.table("silver.events"), interval.start, interval.end)
+    raise ValueError(f"unknown gold step {step!r}; choose from {', '.join(STEPS)}")
+
+
+@dataclass
+class StepResult:
+    table: str
+    interval: Interval
+    rows: int
+    version: int | None
+    seconds: float
+
+    def line(self) -> str:
+        return (f"gold.{self.table}: {self.rows} row(s) for {self.interval} written "
+                f"(Delta version {self.version}) in {self.seconds:.1f} s")
+
+
+def write(df: DataFrame, settings: Settings, step: str, interval: Interval) -> None:
+    """Publish ``df`` as ``gold.<step>``: the interval's partitions (``replaceWhere``) or, for a dimension, whole."""
+    from spark_jobs.io import replace_partition, replace_table
+
+    name = f"gold.{step}"
+    if step in PARTITION:
+        replace_partition(df, settings, name, interval.predicate(PARTITION[step]), [PARTITION[step]])
+    else:
+        replace_table(df, settings, name)
+
+
+def run_step(spark: SparkSession, settings: Settings, step: str, interval: Interval,
+             validate: Callable[[DataFrame, str], DataFrame] | None = None) -> StepResult:
+    """Compute, optionally validate (returns the rows to publish, raises to block), write; report rows and version."""
+    t0 = time.monotonic()
+    df = compute(spark, step, interval)
+    if validate is not None:
+        df = validate(df, f"gold.{step}")
+    write(df, settings, step, interval)
+    name = f"gold.{step}"
+    if step in PARTITION:
+        rows = spark.table(name).where(interval.predicate(PARTITION[step])).count()
+    else:
+        rows = spark.table(name).count()
+    version_row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").select("version").first()
+    return StepResult(step, interval, rows, None if version_row is None else int(version_row[0]),
+                      time.monotonic() - t0)
+
+
+def run(settings: Settings, interval: Interval, steps: Sequence[str] = STEPS,
+        spark: SparkSession | None = None, progress: Callable[[str], None] | None = None) -> list[StepResult]:
+    """Build ``steps`` for ``interval`` on the stack's Spark Connect server (or the given session)."""
+    from spark_jobs.session import connect_session
+
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        raise ValueError(f"unknown gold table(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}")
+    session = spark or connect_session(settings)
+    results = []
+    for step in [s for s in STEPS if s in steps]:
+        result = run_step(session, settings, step, interval)
+        results.append(result)
+        if progress:
+            progress(result.line())
+    return results
+
+
+def run_task(step: str, day: str | None, start: datetime | str | None, end: datetime | str | None, *,
+             run_id: str, dag_id: str, task_id: str) -> str:
+    """One task of the gold DAG: resolve its interval, build ``gold.<step>`` on Spark Connect, return the report line.
+
+    Raises :class:`IntervalError` (not worth a retry) when the run has no usable interval.
+    """
+    from spark_jobs.session import connect_session
+    from spark_jobs.settings import load_settings
+
+    interval = resolve_interval(start, end, day)
+    settings = load_settings()
+    print(f"{dag_id}.{task_id} ({run_id}): building gold.{step} for {interval} on Spark Connect "
+          f"{settings.host}:{settings.spark_connect_port}", flush=True)
+    result = run_step(connect_session(settings), settings, step, interval)
+    print(result.line(), flush=True)
+    return result.line()
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="lake gold build", description="Build gold tables for a range of UTC days "
+                                "on the stack's Spark Connect server (what the lake_gold_daily DAG runs per day).")
+    p.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
+    p.add_argument("--end", help="day after the last, YYYY-MM-DD (default: start + 1 day)")
+    p.add_argument("--tables", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
+    return p.parse_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from spark_jobs.settings import load_settings
+
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    try:
+        first = resolve_interval(None, None, args.start)
+        last_end = resolve_interval(None, None, args.end).start if args.end else first.end
+        if last_end <= first.start:
+            raise IntervalError(f"--end {args.end} must be after --start {args.start}")
+    except IntervalError as exc:
+        print(f"lake gold build: {exc}", file=sys.stderr)
+        return 2
+    steps = [s.strip() for s in args.tables.split(",") if s.strip()]
+    settings = load_settings()
+    day = first.start
+    while day < last_end:
+        # Dimensions do not depend on the day (rebuilt from the whole history): build them once.
+        todo = steps if day == first.start else [s for s in steps if s in PARTITION]
+        run(settings, Interval(day, day + timedelta(days=1)), todo, progress=lambda line: print(line, flush=True))
+        day += timedelta(days=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
