@@ -110,7 +110,7 @@ def _build_parser() -> argparse.ArgumentParser:
 #: Sub-commands whose arguments belong to the module they run (``lake loadgen events --rate 10``):
 #: everything after ``<command> <kind>`` is handed over verbatim. argparse's REMAINDER does not
 #: do that when the first argument is an option, so these are split off before parsing.
-_PASS_THROUGH = {"loadgen", "bench", "reconcile", "job"}
+_PASS_THROUGH = {"loadgen", "bench", "reconcile", "job", "gold"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -216,7 +216,6 @@ def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
         print("  migrating the Airflow metadata database (first start takes a minute)", flush=True)
         _run([str(venv_bin() / "airflow"), "db", "migrate"], "airflow db migrate", env=full_env)
         stamp.write_text(airflow.__version__)
-    ensure_pools(home, full_env)
 
 
 #: One slot per gold table: two DAG runs (scheduled or backfill) never write the same Delta table at once

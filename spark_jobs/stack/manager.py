@@ -135,6 +135,9 @@ def _after_start(settings: Settings, service: Service) -> None:
     if service.name == "postgres":
         bootstrap.configure_postgres(settings)
         bootstrap.migrate_shop(settings)
+    elif service.name == "airflow":  # also on a running Airflow: pools added by an upgrade appear
+        bootstrap.ensure_pools(settings.state_dir / "airflow", {**os.environ, **base_env(settings),
+                                                                **airflow_env(settings)})
 
 
 def _pre_probe(settings: Settings, service: Service) -> None:

@@ -175,3 +175,48 @@ def test_compaction_merges_pending_changes_into_the_base(cdc: Settings) -> None:
     assert not waiting, f"no compaction MERGE into {sorted(waiting)} within {cdc.stream_compact_seconds + 180} s"
     assert _silver_count("SELECT count(*) FROM silver.customers__base") > 0
     _wait_and_verify(cdc)
+
+
+def test_poison_records_are_quarantined_and_the_stream_keeps_running(cdc: Settings) -> None:
+    """Records forged into the real CDC topic that once crash-looped the app (every replay failed the batch):
+    a value nested ~1,100 levels deep (RecursionError in the JSON fallback), a column name with a backtick
+    (unescaped in ALTER TABLE), a column name Delta refuses. The app stays up (same pid), quarantines what it
+    cannot apply with the reason, widens silver with the backtick column, and keeps applying the rest."""
+    from confluent_kafka import Producer
+
+    before = supervisor.program_info(cdc, "stream") or {}
+    assert before.get("statename") == "RUNNING", before
+    tag = time.time_ns()
+    deep = ('{"payload": {"op": "c", "source": {"lsn": 1}, "after": {"customer_id": -424242, "profile": '
+            + '{"n":' * 1_100 + f'"{tag}"' + "}" * 1_100 + "}}}").encode()
+    source = {"lsn": 1, "sequence": '["1", "1"]', "snapshot": "false", "ts_ms": 0}
+
+    def forged_delete(key: int, extra: str) -> bytes:
+        # A delete of a key that never existed, at the oldest position: it changes no silver row.
+        before_image = {"customer_id": key, "email": f"poison-{tag}@example.com", "full_name": "x", extra: "y"}
+        return json.dumps({"before": before_image, "after": None, "source": source, "op": "d"}).encode()
+
+    records = [(b'{"customer_id": -424242}', deep),
+               (b'{"customer_id": -424243}', forged_delete(-424243, "we`ird")),
+               (b'{"customer_id": -424244}', forged_delete(-424244, "gift note"))]
+    offsets: list[int] = []
+    producer = Producer({"bootstrap.servers": cdc.kafka_bootstrap})
+    for key, value in records:
+        producer.produce("shop.public.customers", key=key, value=value,
+                         on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+    producer.flush(30)
+    assert len(offsets) == 3 and min(offsets) >= 0, offsets
+    # Changes after the poison must still be applied.
+    assert run_loadgen(cdc, rate=200, duration=3, seed=77).total_changes > 0
+    _wait_and_verify(cdc)
+
+    after = supervisor.program_info(cdc, "stream") or {}
+    assert after.get("statename") == "RUNNING" and after.get("pid") == before.get("pid"), (before, after)
+    rows = run_lake("sql", "-e", "SELECT offset, error FROM quarantine.cdc WHERE topic = 'shop.public.customers' "
+                    f"AND offset IN ({offsets[0]}, {offsets[2]}) ORDER BY offset", "--format", "json").stdout
+    errors = {json.loads(line)["offset"]: json.loads(line)["error"] for line in rows.strip().splitlines()}
+    assert set(errors) == {offsets[0], offsets[2]}, rows
+    assert "nested too deeply" in errors[offsets[0]]
+    assert "'gift note'" in errors[offsets[2]] and "rename the column" in errors[offsets[2]]
+    columns = run_lake("sql", "-e", "SHOW COLUMNS IN silver.customers", "--format", "json").stdout
+    assert "we`ird" in {json.loads(line)["col_name"] for line in columns.strip().splitlines()}
