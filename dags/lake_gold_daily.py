@@ -25,6 +25,12 @@ schedules it.
 * **One writer per table**: each task takes a slot of its table's pool
   (`gold_<table>`, 1 slot, created by `lake stack up`), so two runs, scheduled
   or backfill, never write the same table at once.
+* **Data quality**: before a table is written, its suite
+  (`expectations/gold.<table>.yml`) validates the computed rows: verdicts go to
+  `ops.dq_results`, rows failing a `quarantine` expectation to
+  `quarantine.dq_gold_<table>` (the rest is published), and a failed `block`
+  expectation fails the task without writing (its log names the table,
+  interval, expectation, count and sample rows; fix the data, then clear it).
 * **Assets**: each gold table is an Asset (`gold.<table>`), updated when its
   task succeeds; data-quality and serving DAGs schedule on them.
 """
@@ -46,12 +52,13 @@ def _gold_task(table: str) -> Any:
         from airflow.sdk.exceptions import AirflowFailException
 
         from spark_jobs.jobs.gold import IntervalError, run_task
+        from spark_jobs.quality.runner import DqBlocked
 
         try:
             return run_task(table, context["params"].get("day"), context.get("data_interval_start"),
                             context.get("data_interval_end"), run_id=context["run_id"],
                             dag_id=context["dag"].dag_id, task_id=table)
-        except IntervalError as exc:  # retrying cannot help: fail now, saying why
+        except (IntervalError, DqBlocked) as exc:  # a retry cannot help: fail now, saying why (fix, then clear)
             raise AirflowFailException(str(exc)) from exc
 
     return build()

@@ -140,8 +140,8 @@ class StepResult:
     seconds: float
 
     def line(self) -> str:
-        return (f"gold.{self.table}: {self.rows} row(s) for {self.interval} written "
-                f"(Delta version {self.version}) in {self.seconds:.1f} s")
+        scope = f"for {self.interval}" if self.table in PARTITION else "(whole table, rebuilt from the CDC history)"
+        return f"gold.{self.table}: {self.rows} row(s) {scope} written (Delta version {self.version}) in {self.seconds:.1f} s"
 
 
 def write(df: DataFrame, settings: Settings, step: str, interval: Interval) -> None:
@@ -182,9 +182,11 @@ def run(settings: Settings, interval: Interval, steps: Sequence[str] = STEPS,
     if unknown:
         raise ValueError(f"unknown gold table(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}")
     session = spark or connect_session(settings)
+    run_id = "manual__" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     results = []
     for step in [s for s in STEPS if s in steps]:
-        result = run_step(session, settings, step, interval)
+        gate = quality_gate(session, settings, step, interval, run_id=run_id, dag_id="lake gold build", task_id=step)
+        result = run_step(session, settings, step, interval, gate)
         results.append(result)
         if progress:
             progress(result.line())
@@ -204,9 +206,37 @@ def run_task(step: str, day: str | None, start: datetime | str | None, end: date
     settings = load_settings()
     print(f"{dag_id}.{task_id} ({run_id}): building gold.{step} for {interval} on Spark Connect "
           f"{settings.host}:{settings.spark_connect_port}", flush=True)
-    result = run_step(connect_session(settings), settings, step, interval)
+    spark = connect_session(settings)
+    gate = quality_gate(spark, settings, step, interval, run_id=run_id, dag_id=dag_id, task_id=task_id)
+    result = run_step(spark, settings, step, interval, gate)
     print(result.line(), flush=True)
     return result.line()
+
+
+def quality_gate(spark: SparkSession, settings: Settings, step: str, interval: Interval, *, run_id: str,
+                 dag_id: str, task_id: str) -> Callable[[DataFrame, str], DataFrame]:
+    """The data-quality gate before publishing: validate the computed rows with ``expectations/gold.<step>.yml``.
+
+    Every verdict goes to ``ops.dq_results``; rows failing a ``quarantine`` expectation go to
+    ``quarantine.dq_gold_<step>`` and are not published; a failed ``block`` expectation raises
+    :class:`~spark_jobs.quality.runner.DqBlocked` before anything is written (the task fails, its Asset is not
+    updated). The task log shows the summary: table, interval, expectation, count, up to 20 sample rows.
+    """
+
+    def gate(df: DataFrame, table: str) -> DataFrame:
+        from spark_jobs.quality.runner import DqBlocked, validate
+        from spark_jobs.quality.store import write_quarantine, write_results
+
+        scope = (interval.start, interval.end) if step in PARTITION else None
+        outcome = validate(spark, df, table, interval=scope, run_id=run_id, dag_id=dag_id, task_id=task_id)
+        write_results(spark, settings, outcome)
+        write_quarantine(spark, settings, outcome)
+        print(outcome.summary(), flush=True)
+        if outcome.blocked:
+            raise DqBlocked(outcome.summary())
+        return outcome.passed
+
+    return gate
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:

@@ -68,15 +68,13 @@ def check_table(spark: SparkSession, settings: Settings, table: str, *, run_id: 
 def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str) -> str:
     """Airflow task body of ``lake_dq_streaming``: check one live table; raises :class:`DqBlocked` on a block failure.
 
-    Runs on the stack's Spark Connect server when ``spark_jobs.session`` offers one (no JVM per task), else
-    in a local session.
+    Runs on the stack's Spark Connect server (no JVM per task).
     """
-    from spark_jobs import session as lake_session
+    from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
 
     settings = load_settings()
-    connect = getattr(lake_session, "connect_session", None)
-    spark = connect(settings) if connect is not None else lake_session.build_session(settings, f"lake-dq-{table}")
+    spark = connect_session(settings)
     outcome = check_table(spark, settings, table, run_id=run_id, dag_id=dag_id, task_id=task_id)
     text = outcome.summary()
     print(text, flush=True)
