@@ -77,14 +77,24 @@ class AirflowClient:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
     def backfill(self, dag_id: str, first: date, last: date, reprocess: str = "none",
-                 max_active_runs: int = 2) -> dict[str, Any]:
+                 max_active_runs: int = 2, wait_running: float = 1800) -> dict[str, Any]:
         """``POST /api/v2/backfills`` for the runs whose data interval starts on days ``first``..``last``."""
         if reprocess not in REPROCESS:
             raise ValueError(f"reprocess {reprocess!r}: choose one of {', '.join(REPROCESS)}")
         body = {"dag_id": dag_id, "from_date": f"{first.isoformat()}T00:00:00Z",
                 "to_date": f"{last.isoformat()}T00:00:00Z", "reprocess_behavior": reprocess,
                 "max_active_runs": max_active_runs, "run_backwards": False, "dag_run_conf": {}}
-        return dict(self._call("POST", "/api/v2/backfills", body))
+        # Airflow runs one backfill per DAG at a time (HTTP 409 otherwise): wait for the running one.
+        deadline = time.monotonic() + wait_running
+        while True:
+            try:
+                return dict(self._call("POST", "/api/v2/backfills", body))
+            except AirflowError as exc:
+                if "HTTP 409" not in str(exc) or "already a running backfill" not in str(exc) \
+                        or time.monotonic() > deadline:
+                    raise
+            print(f"  another backfill of {dag_id} is running; waiting for it to finish", flush=True)
+            time.sleep(10)
 
     def runs(self, dag_id: str, **query: str) -> list[dict[str, Any]]:
         q = "&".join(f"{k}={v}" for k, v in {"limit": "100", **query}.items())

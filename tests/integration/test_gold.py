@@ -94,8 +94,9 @@ def test_daily_sales_equal_postgres_for_every_day(gold: Settings) -> None:
         cols = [d[0] for d in cur.description or []]
         expected = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
     conn.close()
-    got = _sql("SELECT * FROM gold.fct_daily_sales WHERE order_date >= DATE'{}' AND order_date < DATE'{}' "
-               "ORDER BY order_date, currency".format(days[0], days[-1] + timedelta(days=1)))
+    after_last = days[-1] + timedelta(days=1)
+    got = _sql(f"SELECT * FROM gold.fct_daily_sales WHERE order_date >= DATE'{days[0]}' "
+               f"AND order_date < DATE'{after_last}' ORDER BY order_date, currency")
 
     def norm(row: dict[str, Any]) -> tuple[Any, ...]:
         return (str(row["order_date"]), row["currency"].strip(), int(row["orders"]), int(row["paid_orders"]),
@@ -114,8 +115,8 @@ def test_fct_orders_hold_exactly_postgres_orders_of_each_day(gold: Settings) -> 
                     (days[0], days[-1] + timedelta(days=1)))
         expected = {str(d): list(ids) for d, ids in cur.fetchall()}
     conn.close()
-    rows = _sql("SELECT order_date, order_id FROM gold.fct_orders WHERE order_date >= DATE'{}' AND order_date < "
-                "DATE'{}'".format(days[0], days[-1] + timedelta(days=1)))
+    rows = _sql(f"SELECT order_date, order_id FROM gold.fct_orders WHERE order_date >= DATE'{days[0]}' AND order_date < "
+                f"DATE'{days[-1] + timedelta(days=1)}'")
     got: dict[str, list[int]] = {}
     for r in rows:
         got.setdefault(str(r["order_date"]), []).append(int(r["order_id"]))
