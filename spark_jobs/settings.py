@@ -128,6 +128,7 @@ class Settings:
     events_parse_processes: int
 
     # Data quality (spark_jobs.quality): freshness SLOs of the live tables
+    dq_docs_port: int
     dq_freshness_silver_seconds: int
     dq_freshness_hot_seconds: int
 
@@ -260,6 +261,7 @@ _DEFAULTS: dict[str, str] = {
     "events_trigger_seconds": "1",
     "events_watermark_minutes": "10",
     "events_parse_processes": "0",
+    "dq_docs_port": "18090",
     "dq_freshness_silver_seconds": "900",
     "dq_freshness_hot_seconds": "300",
     "airflow_port": "18080",
@@ -332,7 +334,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 def _validate(s: Settings) -> None:
     for name in ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port",
-                 "minio_console_port", "metastore_port", "thrift_port", "spark_connect_port", "airflow_port"):
+                 "minio_console_port", "metastore_port", "thrift_port", "spark_connect_port", "airflow_port", "dq_docs_port"):
         port = getattr(s, name)
         if not 1 <= port <= 65535:
             raise SettingsError(f"{env_name(name)}={port} is not a TCP port (1-65535)")

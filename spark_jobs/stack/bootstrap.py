@@ -237,3 +237,16 @@ def ensure_pools(home: Path, env: dict[str, str]) -> None:
     (home / ".pools-imported").write_text("ok")
 
 
+
+
+# ---------------------------------------------------------------- Data Docs
+
+def prepare_data_docs(settings: Settings) -> None:
+    """The Data Docs folder the ``dq-docs`` server serves, with a placeholder until the first validation."""
+    site = settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    site.mkdir(parents=True, exist_ok=True)
+    index = site / "index.html"
+    if not index.exists():
+        index.write_text("<!doctype html><title>Lakestream data quality</title><h1>No validation has run yet</h1>"
+                         "<p>Run <code>lake dq run --table silver.orders</code> or a gold backfill; this page is "
+                         "replaced by the Great Expectations Data Docs.</p>\n", encoding="utf-8")

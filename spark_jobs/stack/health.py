@@ -200,6 +200,17 @@ def spark_connect(settings: Settings) -> Probe:
     return False, f"nothing listening on {settings.host}:{settings.spark_connect_port}"
 
 
+def dq_docs(settings: Settings) -> Probe:
+    url = f"http://{settings.host}:{settings.dq_docs_port}/index.html"
+    try:
+        req = urllib.request.Request(url)
+        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - http URL built from settings
+            body = resp.read(200_000).decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    return ("<html" in body.lower() or "<!doctype" in body.lower()), f"GET {url} -> {len(body)} bytes of HTML"
+
+
 def airflow(settings: Settings) -> Probe:
     try:
         body = http_json(f"{settings.airflow_url}/api/v2/monitor/health")

@@ -30,6 +30,7 @@ PORT_SETTING = {
     "metastore": ("metastore_port",),
     "thrift": ("thrift_port",),
     "spark-connect": ("spark_connect_port",),
+    "dq-docs": ("dq_docs_port",),
     "airflow": ("airflow_port",),
 }
 
@@ -123,7 +124,9 @@ def _check_ports_free(settings: Settings, service: Service) -> None:
 
 
 def _prepare(settings: Settings, service: Service) -> None:
-    if service.name == "postgres":
+    if service.name == "dq-docs":
+        bootstrap.prepare_data_docs(settings)
+    elif service.name == "postgres":
         bootstrap.init_postgres(settings)
     elif service.name == "kafka":
         bootstrap.format_kafka(settings)

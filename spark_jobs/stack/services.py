@@ -340,6 +340,23 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=180,
         hint="the Spark Connect server needs the metastore and MinIO",
     )
+    # The data-quality report: GX Data Docs are static HTML rebuilt by every validation; a plain static
+    # server on loopback is all they need (no GX process stays up).
+    docs_dir = settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    dq_docs = Service(
+        name="dq-docs",
+        programs=(Program(
+            name="dq-docs",
+            command=[sys.executable, "-m", "http.server", str(settings.dq_docs_port), "--bind", host,
+                     "--directory", str(docs_dir)],
+            env=env,
+        ),),
+        ports=(settings.dq_docs_port,),
+        endpoint=f"http://{host}:{settings.dq_docs_port}/",
+        probe=health.dq_docs,
+        start_timeout=30,
+        hint="a static file server of the Data Docs folder (created by `lake stack up`)",
+    )
     af_env = {**env, **airflow_env(settings)}
     airflow_bin = str(venv_bin() / "airflow")
     airflow = Service(
@@ -358,7 +375,7 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=240,
         hint="Airflow needs PostgreSQL; its metadata DB is migrated by `lake stack up`",
     )
-    return [postgres, minio, kafka, connect, metastore, thrift, spark_connect, airflow]
+    return [postgres, minio, kafka, connect, metastore, thrift, spark_connect, dq_docs, airflow]
 
 
 def stream_program(settings: Settings) -> Program:

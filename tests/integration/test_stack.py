@@ -15,7 +15,7 @@ from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, Settings
 from spark_jobs.stack import health
 from tests.integration.conftest import run_lake
 
-SERVICES = {"postgres", "kafka", "connect", "minio", "metastore", "thrift", "spark-connect", "airflow"}
+SERVICES = {"postgres", "kafka", "connect", "minio", "metastore", "thrift", "spark-connect", "dq-docs", "airflow"}
 
 
 def test_status_json_reports_every_service_healthy_without_secrets(stack: Settings) -> None:
