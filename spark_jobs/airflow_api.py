@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from spark_jobs.settings import Settings
@@ -100,10 +100,6 @@ class AirflowClient:
         q = "&".join(f"{k}={v}" for k, v in {"limit": "100", **query}.items())
         return list(self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?{q}")["dag_runs"])
 
-    def backfill_runs(self, dag_id: str, backfill_id: int) -> list[dict[str, Any]]:
-        return [r for r in self.runs(dag_id, run_type="backfill", order_by="-run_after")
-                if r.get("backfill_id") in (None, backfill_id) or r.get("run_type") == "backfill"]
-
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return list(self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
 
@@ -115,10 +111,12 @@ class AirflowClient:
         last = ""
         while True:
             done = self._call("GET", f"/api/v2/backfills/{backfill_id}")
+            created = _instant(done.get("created_at"))
             states: dict[str, str] = {}
             for r in self.runs(dag_id, run_type="backfill"):
                 start = (r.get("data_interval_start") or "")[:10]
-                if start in want:
+                # A run of an earlier backfill of the same day counts only once this one has queued it again.
+                if start in want and _instant(r.get("queued_at")) >= created:
                     states[start] = r["state"]
             line = ", ".join(f"{d}={states.get(d, 'pending')}" for d in sorted(want))
             if progress and line != last:
@@ -130,6 +128,13 @@ class AirflowClient:
             if time.monotonic() > deadline:
                 raise AirflowError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f} s: {line}")
             time.sleep(3)
+
+
+def _instant(text: str | None) -> datetime:
+    """An API timestamp (ISO-8601, ``Z`` or offset) as an aware datetime; missing -> the epoch."""
+    if not text:
+        return datetime.fromtimestamp(0, UTC)
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def backfill_main(argv: Sequence[str]) -> int:
