@@ -8,9 +8,9 @@ PY := $(VENV)/bin/python
 
 help:
 	@echo "make setup   install Python deps, JVM artifacts and MinIO (idempotent, cached)"
-	@echo "make up      start the local stack (PostgreSQL, MinIO, Kafka, Connect, metastore, Thrift, Airflow)"
+	@echo "make up      start the local stack (PostgreSQL, MinIO, Kafka, Connect, metastore, Thrift, Spark Connect, Data Docs, Airflow)"
 	@echo "make down    stop the stack; leaves no process behind"
-	@echo "make demo    setup + up + run the main job, then tell you where to look"
+	@echo "make demo    setup + up + the product tour: CDC + events in, 7 days of history, gold backfill via Airflow, summary"
 	@echo "make test    setup + up + unit, DAG and integration tests against the real stack + down"
 	@echo "make lint    ruff + mypy"
 

@@ -16,7 +16,7 @@ eval "$("$PY" - <<'PY'
 from spark_jobs.settings import load_settings
 s = load_settings()
 print(f"AIRFLOW_URL={s.airflow_url} STATE={s.state_dir} THRIFT={s.host}:{s.thrift_port} "
-      f"MINIO_CONSOLE=http://{s.host}:{s.minio_console_port}")
+      f"MINIO_CONSOLE=http://{s.host}:{s.minio_console_port} DQ_DOCS=http://{s.host}:{s.dq_docs_port}/")
 PY
 )"
 first="$(date -u -d "-$DAYS days" +%F)"
@@ -55,6 +55,17 @@ step "waiting until the stream has every committed change and event"
 step "backfilling gold for $first .. $last through Airflow (POST /api/v2/backfills; watch it in the UI)"
 "$LAKE" gold backfill --start "$first" --end "$last" --reprocess completed
 
+step "unpausing lake_dq_streaming (data-quality checks of silver and hot tables every 10 minutes)"
+"$PY" - <<'PY'
+from spark_jobs.airflow_api import AirflowClient
+from spark_jobs.settings import load_settings
+
+client = AirflowClient(load_settings())
+client.wait_for_dag("lake_dq_streaming")
+client.unpause("lake_dq_streaming")
+print("  lake_dq_streaming unpaused")
+PY
+
 step "what the lake holds"
 "$PY" -m spark_jobs.jobs.demo_summary "$first" "$last" 2>/dev/null
 
@@ -72,7 +83,7 @@ cat <<MSG
                   .venv/bin/lake sql -e "DESCRIBE HISTORY gold.fct_orders"
                   .venv/bin/lake sql -e "SELECT count(*) FROM gold.fct_orders VERSION AS OF 0"
                   .venv/bin/lake sql -e "SELECT * FROM silver.orders ORDER BY updated_at DESC LIMIT 5"
-  Data quality    .venv/bin/lake dq status      Data Docs: $STATE/dq/gx/uncommitted/data_docs/local_site/index.html
+  Data quality    .venv/bin/lake dq status  |  .venv/bin/lake dq history    Data Docs: $DQ_DOCS
   JDBC            jdbc:hive2://$THRIFT/default  (beeline, DBeaver, ...)
   MinIO console   $MINIO_CONSOLE  (root credentials in $STATE/.env)
   Health          .venv/bin/lake stack status  |  .venv/bin/lake stream status
