@@ -68,13 +68,17 @@ def replace_partition(df: DataFrame, settings: Settings, name: str, predicate: s
     writer.saveAsTable(name)
 
 
-def replace_table(df: DataFrame, settings: Settings, name: str) -> None:
+def replace_table(df: DataFrame, settings: Settings, name: str, metadata: str | None = None) -> None:
     """Overwrite the whole table with ``df`` in one Delta commit (readers see the old or the new version).
 
     For tables rebuilt from a complete input each run (SCD2 dimensions from the CDC history): the same
     input gives the same table, so re-runs are idempotent. Created and registered on first write.
+    ``metadata`` becomes the commit's ``userMetadata``.
     """
     db, _ = split_table(name)
     ensure_database(df.sparkSession, settings, db)
-    (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-     .option("path", table_location(settings, name)).saveAsTable(name))
+    writer = (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+              .option("path", table_location(settings, name)))
+    if metadata is not None:  # the commit's userMetadata (DESCRIBE HISTORY): what the table was built from
+        writer = writer.option("userMetadata", metadata)
+    writer.saveAsTable(name)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.quality.suites import CUSTOM_SQL, ExpectationSpec, Suite, expectation_classes, fill, load_suite
+
+# GX logs several INFO lines per expectation (decorator registration, default fields): they drowned the task
+# logs that must show a failed expectation's table, count and samples.
+logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

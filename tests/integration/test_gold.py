@@ -134,7 +134,10 @@ def test_reprocessing_backfill_rewrites_identical_rows(gold: Settings) -> None:
     states = _backfill(gold, days, "completed")
     assert set(states.values()) == {"success"}, states
     after = _versions()
-    assert all(after[t] > before[t] for t in before), (before, after)  # every table was written again
+    # Every fact partition was written again; a dimension is rebuilt only when its bronze history or its
+    # transforms changed since its last build (no CDC arrived in between: same version, same rows).
+    assert all(after[t] > before[t] for t in FACTS), (before, after)
+    assert all(after[t] >= before[t] for t in before), (before, after)
     for table, column in {**FACTS, "dim_customers": None, "dim_products": None}.items():
         where = (f"WHERE {column} >= DATE'{days[0]}' AND {column} < DATE'{days[-1] + timedelta(days=1)}'"
                  if column else "")
