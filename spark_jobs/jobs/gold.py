@@ -202,10 +202,21 @@ def run_step(spark: SparkSession, settings: Settings, step: str, interval: Inter
         if latest is not None and latest[1] == inputs:
             return StepResult(step, interval, spark.table(name).count(), latest[0], time.monotonic() - t0,
                               skipped=True)
-    df = compute(spark, step, interval)
-    if validate is not None:
-        df = validate(df, name)
-    write(df, settings, step, interval, inputs)
+    computed = compute(spark, step, interval)
+    if validate is None:
+        write(computed, settings, step, interval, inputs)
+    else:
+        from pyspark import StorageLevel
+
+        # Materialise the computed rows once (a day of a fact, one dimension: small): every expectation's
+        # Spark job then reads them instead of recomputing the silver views and joins, and the validated
+        # rows are the rows published. Released explicitly: a Connect localCheckpoint is released by a
+        # finaliser RPC, which hung the CLI at interpreter exit.
+        computed = computed.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            write(validate(computed, name), settings, step, interval, inputs)
+        finally:
+            computed.unpersist()
     if step in PARTITION:
         rows = spark.table(name).where(interval.predicate(PARTITION[step])).count()
     else:

@@ -40,9 +40,22 @@ GROUP BY 1, 2 ORDER BY 1, 2
 """
 
 
-def _sql(query: str) -> list[dict[str, Any]]:
+def _lake_sql(query: str) -> list[dict[str, Any]]:
     out = run_lake("sql", "-e", query, "--format", "json", timeout=900).stdout
     return [json.loads(line) for line in out.strip().splitlines() if line.startswith("{")]
+
+
+_SESSION: list[Any] = []
+
+
+def _sql(query: str) -> list[dict[str, Any]]:
+    """A query through the stack's Spark Connect server (a client like any other; no JVM start per query)."""
+    from spark_jobs.session import connect_session
+    from spark_jobs.settings import load_settings
+
+    if not _SESSION:
+        _SESSION.append(connect_session(load_settings()))
+    return [r.asDict() for r in _SESSION[0].sql(query).collect()]
 
 
 def _days() -> list[date]:
@@ -61,7 +74,7 @@ def _backfill(settings: Settings, days: list[date], reprocess: str) -> dict[str,
 def _versions() -> dict[str, int]:
     out = {}
     for table in ("dim_customers", "dim_products", *FACTS):
-        out[table] = int(_sql(f"SELECT max(version) AS v FROM (DESCRIBE HISTORY gold.{table})")[0]["v"])
+        out[table] = int(_sql(f"DESCRIBE HISTORY gold.{table} LIMIT 1")[0]["version"])
     return out
 
 
@@ -151,7 +164,7 @@ def test_reprocessing_backfill_rewrites_identical_rows(gold: Settings) -> None:
 
 def test_gold_is_readable_over_jdbc_and_lake_sql(gold: Settings) -> None:
     day = _days()[-1]
-    via_sql = _sql(f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'")
+    via_sql = _lake_sql(f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'")
     assert int(via_sql[0]["c"]) > 0
     beeline = subprocess.run(
         [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{gold.host}:{gold.thrift_port}/default",
