@@ -295,7 +295,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lake gold build", description="Build gold tables for a range of UTC days "
                                 "on the stack's Spark Connect server (what the lake_gold_daily DAG runs per day).")
     p.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
-    p.add_argument("--end", help="day after the last, YYYY-MM-DD (default: start + 1 day)")
+    p.add_argument("--end", help="last day (inclusive), YYYY-MM-DD (default: --start)")
     p.add_argument("--tables", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     return p.parse_args(list(argv))
 
@@ -306,9 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     try:
         first = resolve_interval(None, None, args.start)
-        last_end = resolve_interval(None, None, args.end).start if args.end else first.end
+        last_end = resolve_interval(None, None, args.end).end if args.end else first.end
         if last_end <= first.start:
-            raise IntervalError(f"--end {args.end} must be after --start {args.start}")
+            raise IntervalError(f"--end {args.end} must not be before --start {args.start}")
     except IntervalError as exc:
         print(f"lake gold build: {exc}", file=sys.stderr)
         return 2
