@@ -20,10 +20,12 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 from spark_jobs.settings import REPO_ROOT, Settings
+from tests.integration.conftest import run_lake
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO_ROOT / ".lake" / "artifacts"
@@ -201,7 +203,19 @@ def _check_runs_in_ui(page: Page, settings: Settings, runs: dict[str, dict[str, 
             expect(row).to_contain_text("Backfill")
 
 
-def test_backfill_from_the_ui(stack: Settings) -> None:
+@pytest.fixture(scope="module")
+def lake_tables(stack: Settings) -> Settings:
+    """The gold tasks read bronze/silver: the connector and the streaming app must have created them (this file
+    runs first in a fresh state dir)."""
+    run_lake("connectors", "apply")
+    run_lake("stream", "start")
+    waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    return stack
+
+
+def test_backfill_from_the_ui(lake_tables: Settings) -> None:
+    stack = lake_tables
     t0 = time.monotonic()
     today = datetime.now(UTC).date()
     first, last = today - timedelta(days=20), today - timedelta(days=18)
