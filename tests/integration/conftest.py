@@ -30,8 +30,11 @@ def stack() -> Iterator[Settings]:
 
 def run_lake(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
              check: bool = True) -> subprocess.CompletedProcess[str]:
+    # A test that opened a Spark Connect session has SPARK_CONNECT_MODE_ENABLED in its environment (pyspark
+    # sets it); a `lake` child that inherited it could not build its own classic session.
+    base = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
     proc = subprocess.run([LAKE, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=REPO_ROOT, check=False)
+                          env={**base, **(env or {})}, cwd=REPO_ROOT, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"lake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
