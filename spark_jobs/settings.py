@@ -138,6 +138,7 @@ class Settings:
     airflow_admin_user: str
     airflow_admin_password: str
     airflow_parallelism: int
+    airflow_scheduler_health_port: int
     airflow_secret_key: str
 
     @property
@@ -269,6 +270,7 @@ _DEFAULTS: dict[str, str] = {
     "airflow_admin_user": "admin",
     "airflow_admin_password": "",
     "airflow_parallelism": "4",
+    "airflow_scheduler_health_port": "18974",
     "airflow_secret_key": "",
 }
 
@@ -334,7 +336,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 def _validate(s: Settings) -> None:
     for name in ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port",
-                 "minio_console_port", "metastore_port", "thrift_port", "spark_connect_port", "airflow_port", "dq_docs_port"):
+                 "minio_console_port", "metastore_port", "thrift_port", "spark_connect_port", "airflow_port", "dq_docs_port",
+                 "airflow_scheduler_health_port"):
         port = getattr(s, name)
         if not 1 <= port <= 65535:
             raise SettingsError(f"{env_name(name)}={port} is not a TCP port (1-65535)")

@@ -31,7 +31,7 @@ PORT_SETTING = {
     "thrift": ("thrift_port",),
     "spark-connect": ("spark_connect_port",),
     "dq-docs": ("dq_docs_port",),
-    "airflow": ("airflow_port",),
+    "airflow": ("airflow_port", "airflow_scheduler_health_port"),
 }
 
 

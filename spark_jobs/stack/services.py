@@ -188,6 +188,9 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__API__SECRET_KEY": settings.airflow_secret_key,
         "AIRFLOW__API_AUTH__JWT_SECRET": settings.airflow_secret_key,
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+        # On LAKE_HOST and a port from the settings (Airflow's default is every interface, port 8974).
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": settings.host,
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(settings.airflow_scheduler_health_port),
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(settings.log_dir / "airflow-tasks"),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW_CONN_LAKE_SPARK": spark_conn,
@@ -365,9 +368,11 @@ def services(settings: Settings) -> list[Service]:
             Program(name="airflow-api-server",
                     command=[airflow_bin, "api-server", "--host", host, "--port", str(settings.airflow_port),
                              "--workers", "1"], env=af_env),
-            Program(name="airflow-scheduler", command=[airflow_bin, "scheduler"], env=af_env),
+            # --skip-serve-logs: the log servers bind every interface on fixed ports (8793, 8794) and only
+            # remote workers need them; with the LocalExecutor the API server reads the task log files.
+            Program(name="airflow-scheduler", command=[airflow_bin, "scheduler", "--skip-serve-logs"], env=af_env),
             Program(name="airflow-dag-processor", command=[airflow_bin, "dag-processor"], env=af_env),
-            Program(name="airflow-triggerer", command=[airflow_bin, "triggerer"], env=af_env),
+            Program(name="airflow-triggerer", command=[airflow_bin, "triggerer", "--skip-serve-logs"], env=af_env),
         ),
         ports=(settings.airflow_port,),
         endpoint=settings.airflow_url,
