@@ -87,18 +87,24 @@ def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str) -> str
 
 
 def latest_verdicts(spark: SparkSession, table: str | None = None) -> list[dict[str, Any]]:
-    """Per table: its newest validation (by ``validated_at``) summed up; failed expectations by name."""
+    """Per table: its newest validation (by ``validated_at``) summed up; failed expectations by name.
+
+    Verdict: ``BLOCK`` (a block expectation failed), ``QUARANTINE`` (rows were held back), ``WARN``, ``PASS``.
+    """
     where = "" if table is None else "WHERE table_name = " + _literal(table)
     rows = spark.sql(f"""
         WITH v AS (SELECT *, max(validated_at) OVER (PARTITION BY table_name) AS newest FROM {RESULTS_TABLE} {where})
         SELECT table_name, first(run_id) AS run_id, first(dag_id) AS dag_id, first(task_id) AS task_id,
                newest AS validated_at, count(*) AS expectations, count_if(NOT success) AS failed,
                count_if(NOT success AND severity = 'block') AS blocking,
+               count_if(NOT success AND severity = 'quarantine') AS quarantining,
                sort_array(collect_list(CASE WHEN NOT success THEN concat(severity, ':', expectation) END)) AS failures
         FROM v WHERE validated_at = newest GROUP BY table_name, newest ORDER BY table_name""").collect()
     out = []
     for r in rows:
-        verdict = "BLOCK" if r["blocking"] else "WARN" if r["failed"] else "PASS"
+        # A failed quarantine expectation held rows back: say so, it is not a mere warning.
+        verdict = ("BLOCK" if r["blocking"] else "QUARANTINE" if r["quarantining"] else "WARN" if r["failed"]
+                   else "PASS")
         out.append({"table": r["table_name"], "verdict": verdict, "validated_at": r["validated_at"].isoformat(),
                     "run_id": r["run_id"], "dag_id": r["dag_id"], "task_id": r["task_id"],
                     "expectations": r["expectations"], "failed": r["failed"], "failures": list(r["failures"])})
@@ -144,7 +150,7 @@ def main_status(spark: SparkSession, table: str | None, as_json: bool) -> int:
         print(f"no validations recorded in {RESULTS_TABLE}" + (f" for {table}" if table else ""))
     else:
         for v in verdicts:
-            print(f"{v['table']:<24} {v['verdict']:<5} {v['validated_at']}  {v['failed']}/{v['expectations']} failed"
+            print(f"{v['table']:<24} {v['verdict']:<10} {v['validated_at']}  {v['failed']}/{v['expectations']} failed"
                   f"  run={v['run_id']}  {', '.join(v['failures'])}")
     return 1 if any(v["verdict"] == "BLOCK" for v in verdicts) else 0
 

@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -382,7 +383,7 @@ def _project_lock(settings: Settings) -> Iterator[None]:
 
 
 def build_data_docs(settings: Settings, run_ctx: Any, validation: Any, batch_name: str) -> str | None:
-    """Store ``validation`` (and its suite) in the file project and render its page; -> the page's ``file://`` URL."""
+    """Store ``validation`` (and its suite) in the file project and render its page; -> the page's served URL."""
     import great_expectations as gx
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,
@@ -404,7 +405,28 @@ def build_data_docs(settings: Settings, run_ctx: Any, validation: Any, batch_nam
         pages: Any = [key, ExpectationSuiteIdentifier(name=validation.suite_name)]  # GX types it as one kind
         ctx.build_data_docs(resource_identifiers=pages)
         urls = ctx.get_docs_sites_urls(resource_identifier=key)
-    return str(urls[0]["site_url"]) if urls else None
+    return served_url(settings, str(urls[0]["site_url"])) if urls else None
+
+
+def served_url(settings: Settings, file_url: str) -> str:
+    """A page of the local site (GX's ``file://`` URL) -> its URL on the stack's ``dq-docs`` server.
+
+    The task log and ``DqOutcome.docs_url`` name what a user can open: the site is served from
+    :func:`data_docs_dir` at ``http://<host>:<dq_docs_port>/``. A page outside that folder keeps its file URL.
+    """
+    parsed = urllib.parse.urlparse(file_url)
+    if parsed.scheme != "file":
+        return file_url
+    try:
+        rel = Path(urllib.parse.unquote(parsed.path)).relative_to(data_docs_dir(settings))
+    except ValueError:
+        return file_url
+    return f"http://{settings.host}:{settings.dq_docs_port}/{urllib.parse.quote(rel.as_posix())}"
+
+
+def served_path(settings: Settings, url: str) -> Path:
+    """The file under :func:`data_docs_dir` that :func:`served_url`'s ``url`` serves."""
+    return data_docs_dir(settings) / urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
 
 
 def _safe(text: str) -> str:
