@@ -48,6 +48,21 @@ def _lake_sql(query: str) -> list[dict[str, Any]]:
 _SESSION: list[Any] = []
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _connect_session_is_closed_after_this_module() -> Iterator[None]:
+    """pyspark marks the whole process as Spark Connect (``SPARK_CONNECT_MODE_ENABLED``) once a Connect session
+    exists, and every later classic session of this pytest process (the unit tests, ``airflow dags test``)
+    then fails with CONNECT_URL_NOT_SET: stop the session and clear the mark when this module is done."""
+    import os
+
+    yield
+    for session in _SESSION:
+        session.stop()
+    _SESSION.clear()
+    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+        os.environ.pop(name, None)
+
+
 def _sql(query: str) -> list[dict[str, Any]]:
     """A query through the stack's Spark Connect server (a client like any other; no JVM start per query)."""
     from spark_jobs.session import connect_session
