@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.services import java_bin, pg_bin, pg_dirs, venv_bin, write_private
+from spark_jobs.stack.services import data_docs_site, java_bin, pg_bin, pg_dirs, venv_bin, write_private
 from spark_jobs.stack.supervisor import StackError
 
 
@@ -243,7 +243,7 @@ def ensure_pools(home: Path, env: dict[str, str]) -> None:
 
 def prepare_data_docs(settings: Settings) -> None:
     """The Data Docs folder the ``dq-docs`` server serves, with a placeholder until the first validation."""
-    site = settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    site = data_docs_site(settings)
     site.mkdir(parents=True, exist_ok=True)
     index = site / "index.html"
     if not index.exists():

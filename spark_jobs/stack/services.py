@@ -141,6 +141,11 @@ def venv_bin() -> Path:
     return Path(sys.executable).parent
 
 
+def data_docs_site(settings: Settings) -> Path:
+    """The GX Data Docs site the ``dq-docs`` service serves (what ``spark_jobs.quality.runner.data_docs_dir`` builds)."""
+    return settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
+
+
 def spark_conf_dir(settings: Settings) -> Path:
     return settings.conf_dir / "spark"
 
@@ -345,7 +350,7 @@ def services(settings: Settings) -> list[Service]:
     )
     # The data-quality report: GX Data Docs are static HTML rebuilt by every validation; a plain static
     # server on loopback is all they need (no GX process stays up).
-    docs_dir = settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    docs_dir = data_docs_site(settings)
     dq_docs = Service(
         name="dq-docs",
         programs=(Program(
