@@ -22,7 +22,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -139,13 +139,17 @@ class StepResult:
     version: int | None
     seconds: float
     skipped: bool = False
+    #: seconds per phase (compute, validate, write), in the order they ran
+    phases: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         if self.skipped:
             return (f"gold.{self.table}: up to date (Delta version {self.version}, {self.rows} row(s)): its bronze "
                     f"history and transforms are unchanged since that build ({self.seconds:.1f} s)")
         scope = f"for {self.interval}" if self.table in PARTITION else "(whole table, rebuilt from the CDC history)"
-        return f"gold.{self.table}: {self.rows} row(s) {scope} written (Delta version {self.version}) in {self.seconds:.1f} s"
+        split = ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items())
+        return (f"gold.{self.table}: {self.rows} row(s) {scope} written (Delta version {self.version}) in "
+                f"{self.seconds:.1f} s" + (f" ({split})" if split else ""))
 
 
 def write(df: DataFrame, settings: Settings, step: str, interval: Interval, metadata: str | None = None) -> None:
@@ -180,11 +184,15 @@ def dimension_inputs(spark: SparkSession, step: str) -> str:
                        "code": code.hexdigest()[:16]}, sort_keys=True)
 
 
-def _latest_commit(spark: SparkSession, name: str) -> tuple[int, str | None] | None:
+def _latest_commit(spark: SparkSession, name: str) -> tuple[int, str | None, int] | None:
+    """Version, ``userMetadata`` and rows written (``numOutputRows``) of the table's newest commit."""
     if not spark.catalog.tableExists(name):
         return None
-    row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").select("version", "userMetadata").first()
-    return None if row is None else (int(row[0]), row[1])
+    row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").select("version", "userMetadata", "operationMetrics").first()
+    if row is None:
+        return None
+    # A write of no rows (a day that now has none: replaceWhere clears it) records no metrics at all.
+    return int(row[0]), row[1], int((row[2] or {}).get("numOutputRows", 0))
 
 
 def run_step(spark: SparkSession, settings: Settings, step: str, interval: Interval,
@@ -202,9 +210,11 @@ def run_step(spark: SparkSession, settings: Settings, step: str, interval: Inter
         if latest is not None and latest[1] == inputs:
             return StepResult(step, interval, spark.table(name).count(), latest[0], time.monotonic() - t0,
                               skipped=True)
+    phases: dict[str, float] = {}
     computed = compute(spark, step, interval)
     if validate is None:
         write(computed, settings, step, interval, inputs)
+        phases["compute+write"] = time.monotonic() - t0
     else:
         from pyspark import StorageLevel
 
@@ -214,15 +224,20 @@ def run_step(spark: SparkSession, settings: Settings, step: str, interval: Inter
         # finaliser RPC, which hung the CLI at interpreter exit.
         computed = computed.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            write(validate(computed, name), settings, step, interval, inputs)
+            computed.count()
+            phases["compute"] = time.monotonic() - t0
+            publish = validate(computed, name)
+            phases["validate"] = time.monotonic() - t0 - sum(phases.values())
+            write(publish, settings, step, interval, inputs)
+            phases["write"] = time.monotonic() - t0 - sum(phases.values())
         finally:
             computed.unpersist()
-    if step in PARTITION:
-        rows = spark.table(name).where(interval.predicate(PARTITION[step])).count()
-    else:
-        rows = spark.table(name).count()
+    # The rows and version of what was published come from the write's own commit (numOutputRows of a
+    # replaceWhere is the interval's rows; of a whole-table overwrite, the table's): no second scan.
     latest = _latest_commit(spark, name)
-    return StepResult(step, interval, rows, None if latest is None else latest[0], time.monotonic() - t0)
+    if latest is None:
+        raise RuntimeError(f"{name}: the write left no commit in DESCRIBE HISTORY")
+    return StepResult(step, interval, latest[2], latest[0], time.monotonic() - t0, phases=phases)
 
 
 def run(settings: Settings, interval: Interval, steps: Sequence[str] = STEPS,
