@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import date
@@ -123,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     if rest is not None:
         args.args = rest
+    # What lake writes (state dir, reports, Spark's local files) is the user's alone, like the stack's programs.
+    os.umask(0o077)
     from spark_jobs.connectors import ConnectorError
     from spark_jobs.quality.suites import SuiteError
     from spark_jobs.stack.supervisor import StackError

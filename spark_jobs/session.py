@@ -1,14 +1,20 @@
 """The only place a SparkSession is built.
 
-:func:`spark_conf` is the single source of Spark configuration: the in-process
-builder uses it, and ``lake stack up`` writes the same values to
-``<state>/conf/spark/spark-defaults.conf`` so ``spark-submit`` (Airflow tasks),
-the Thrift server and beeline see exactly the same catalog, lake and jars.
+:func:`spark_conf` is the single source of Spark configuration. It is written
+to ``<state>/conf/spark/spark-defaults.conf`` (mode 0600, the ``SPARK_CONF_DIR``
+of every Spark process: ``spark-submit`` from Airflow, the Thrift and Spark
+Connect servers, the stream, ``lake sql``) so all see the same catalog, lake
+and jars. The in-process builder passes only the non-secret part: pyspark
+turns builder options into ``spark-submit --conf`` arguments, which any local
+user can read in ``/proc/<pid>/cmdline``; the S3 keys reach the JVM from the
+private file alone.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.jars import spark_extra_jars
@@ -16,6 +22,10 @@ from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+#: Spark properties whose values are secrets: only in the 0600 ``spark-defaults.conf``, never on a command line.
+SECRET_SPARK_KEYS = frozenset({"spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key"})
 
 
 def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
@@ -26,6 +36,9 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # Python workers (UDFs, mapInArrow) talk to the JVM over a Unix socket, not a TCP listener on
+        # 127.0.0.1 with a random port (which ignores LAKE_HOST). Files under java.io.tmpdir, umask 077.
+        "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         # Delta Lake
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -78,18 +91,68 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
     return conf
 
 
+def public_spark_conf(settings: Settings) -> dict[str, str]:
+    """:func:`spark_conf` without its secrets: what may appear on a command line."""
+    return {k: v for k, v in spark_conf(settings).items() if k not in SECRET_SPARK_KEYS}
+
+
+def spark_conf_dir(settings: Settings) -> Path:
+    """``SPARK_CONF_DIR`` of every Lakestream Spark process."""
+    return settings.conf_dir / "spark"
+
+
+def spark_defaults_text(settings: Settings) -> str:
+    lines = ["# Generated from spark_jobs.session.spark_conf (lake stack up, every session). Holds secrets: mode 0600."]
+    for key, value in sorted(spark_conf(settings).items()):
+        lines.append(f"{key} {value}")
+    return "\n".join(lines) + "\n"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600; folders 0700), atomically.
+
+    Readers (a JVM starting while another process refreshes the file) see the old or the new file, never a
+    truncated one.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp: mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_spark_defaults(settings: Settings) -> Path:
+    """Write the private ``spark-defaults.conf`` for the current settings; returns its folder (``SPARK_CONF_DIR``)."""
+    conf_dir = spark_conf_dir(settings)
+    target = conf_dir / "spark-defaults.conf"
+    text = spark_defaults_text(settings)
+    if not target.is_file() or target.read_text(encoding="utf-8") != text or target.stat().st_mode & 0o077:
+        write_private(target, text)
+    return conf_dir
+
+
 def build_session(settings: Settings, app_name: str, extra: dict[str, str] | None = None) -> SparkSession:
-    """Build (or get) the SparkSession for ``app_name`` with the lake's configuration."""
+    """Build (or get) the SparkSession for ``app_name`` with the lake's configuration.
+
+    Secrets (:data:`SECRET_SPARK_KEYS`) reach the JVM only through the 0600 ``spark-defaults.conf`` in the
+    lake's ``SPARK_CONF_DIR``, which this refreshes and points the JVM at.
+    """
     from pyspark.sql import SparkSession
 
-    conf_dir = settings.conf_dir / "spark"
-    if "SPARK_CONF_DIR" not in os.environ and conf_dir.is_dir():
-        # Same defaults and log configuration as spark-submit under the stack.
-        os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+    leaked = SECRET_SPARK_KEYS & set(extra or {})
+    if leaked:
+        raise ValueError(f"build_session(extra=...) got secret Spark properties {sorted(leaked)}: they would be "
+                         "on the JVM's command line; set them through spark_conf (the private spark-defaults.conf)")
+    # The JVM reads its defaults (S3 keys included) and log configuration from here, not from argv.
+    os.environ["SPARK_CONF_DIR"] = str(write_spark_defaults(settings))
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in {**spark_conf(settings), **(extra or {})}.items():
+    for key, value in {**public_spark_conf(settings), **(extra or {})}.items():
         builder = builder.config(key, value)
     builder = builder.enableHiveSupport()
     return builder.getOrCreate()

@@ -109,8 +109,12 @@ class Settings:
     metastore_heap: str
     thrift_port: int
     thrift_driver_memory: str
+    thrift_driver_port: int
+    thrift_block_manager_port: int
     spark_connect_port: int
     spark_connect_driver_memory: str
+    spark_connect_driver_port: int
+    spark_connect_block_manager_port: int
     spark_connect_token: str
 
     # Streaming app
@@ -121,6 +125,8 @@ class Settings:
     stream_compact_rows: int
     stream_compact_seconds: int
     stream_driver_memory: str
+    stream_driver_port: int
+    stream_block_manager_port: int
     stream_queries: str
     events_max_offsets_per_trigger: int
     events_trigger_seconds: int
@@ -247,8 +253,13 @@ _DEFAULTS: dict[str, str] = {
     "metastore_heap": "512m",
     "thrift_port": "10000",
     "thrift_driver_memory": "1g",
+    # Spark's driver RPC and block manager of each long-running driver (random ports otherwise).
+    "thrift_driver_port": "17010",
+    "thrift_block_manager_port": "17011",
     "spark_connect_port": "15002",
     "spark_connect_driver_memory": "2g",
+    "spark_connect_driver_port": "17020",
+    "spark_connect_block_manager_port": "17021",
     "spark_connect_token": "",
     "stream_max_offsets_per_trigger": "100000",
     "stream_max_records_per_task": "10000",
@@ -257,6 +268,8 @@ _DEFAULTS: dict[str, str] = {
     "stream_compact_rows": "20000",
     "stream_compact_seconds": "120",
     "stream_driver_memory": "2g",
+    "stream_driver_port": "17030",
+    "stream_block_manager_port": "17031",
     "stream_queries": "cdc,events",
     "events_max_offsets_per_trigger": "200000",
     "events_trigger_seconds": "1",
@@ -334,13 +347,23 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
+#: Every TCP port the stack listens on, by setting name: each listener binds ``host`` on one of these.
+PORT_NAMES = ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port", "minio_console_port",
+              "metastore_port", "thrift_port", "thrift_driver_port", "thrift_block_manager_port",
+              "spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port",
+              "stream_driver_port", "stream_block_manager_port", "dq_docs_port", "airflow_port",
+              "airflow_scheduler_health_port")
+
+
 def _validate(s: Settings) -> None:
-    for name in ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port",
-                 "minio_console_port", "metastore_port", "thrift_port", "spark_connect_port", "airflow_port", "dq_docs_port",
-                 "airflow_scheduler_health_port"):
+    seen: dict[int, str] = {}
+    for name in PORT_NAMES:
         port = getattr(s, name)
         if not 1 <= port <= 65535:
             raise SettingsError(f"{env_name(name)}={port} is not a TCP port (1-65535)")
+        if port in seen:
+            raise SettingsError(f"{env_name(name)} and {env_name(seen[port])} are both {port}; give each its own port")
+        seen[port] = name
     if not (_LOCAL_MASTER.match(s.spark_master) or s.spark_master.startswith(("spark://", "k8s://"))
             or s.spark_master == "yarn"):
         raise SettingsError(

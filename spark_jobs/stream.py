@@ -36,10 +36,13 @@ __all__ = ["main", "run", "status_path"]
 def run(settings: Settings) -> int:
     """Start every query and block until one stops (SIGTERM/SIGINT stop them all cleanly)."""
     from spark_jobs.session import build_session
+    from spark_jobs.stack.services import driver_ports_conf
     from spark_jobs.streaming import cdc, events
 
     spark = build_session(settings, "lake-stream", extra={
         "spark.driver.memory": settings.stream_driver_memory,
+        # RPC and block manager on LAKE_HOST and ports from the settings (random ports otherwise).
+        **driver_ports_conf(settings.stream_driver_port, settings.stream_block_manager_port),
         # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
         # thread died, the query hung): exit instead, so the supervisor restarts the app and the log says why.
         "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",

@@ -6,12 +6,14 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
 
+from spark_jobs.session import write_private
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.services import data_docs_site, java_bin, pg_bin, pg_dirs, venv_bin, write_private
+from spark_jobs.stack.services import data_docs_site, java_bin, pg_bin, pg_dirs, venv_bin
 from spark_jobs.stack.supervisor import StackError
 
 
@@ -23,6 +25,51 @@ def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, user: str
         out = (proc.stdout + proc.stderr).strip()[-3000:]
         raise StackError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:6])} ...\n{out}")
     return proc.stdout
+
+
+# ---------------------------------------------------------------- the state dir
+
+#: umask of ``lake`` and every supervised program: what they create is the owner's alone.
+UMASK = 0o077
+
+
+def secure_state_dir(settings: Settings) -> int:
+    """Make the state dir private and tighten what is already in it; returns how many modes were changed.
+
+    Directories 0700, files 0600 (group and other bits removed; owner bits kept). One exception when we are
+    root: PostgreSQL refuses root and runs as ``LAKE_PG_OS_USER``, and its cluster and socket live under
+    ``data/`` and ``run/``; those two folders and the state dir itself are then 0710 with that user's group,
+    which lets it traverse them and nothing more (no listing, no reading).
+    """
+    os.umask(UMASK)
+    dirs = (settings.state_dir, settings.data_dir, settings.run_dir)
+    for d in dirs:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pg_group = None
+    user = pg_os_user(settings)
+    if user and user != "root":
+        pg_group = pwd.getpwnam(user).pw_gid
+    changed = 0
+    for root, dirnames, filenames in os.walk(settings.state_dir):
+        for name in [*dirnames, *filenames]:
+            path = Path(root) / name
+            try:
+                st = path.lstat()
+                if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o077 or path in dirs:
+                    continue
+                os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+                changed += 1
+            except FileNotFoundError:  # a temp file of a running service
+                continue
+    for d in dirs:
+        st = d.stat()
+        mode = 0o710 if pg_group is not None else 0o700
+        if pg_group is not None and st.st_gid != pg_group:
+            os.chown(d, -1, pg_group)
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(d, mode)
+            changed += 1
+    return changed
 
 
 # ---------------------------------------------------------------- PostgreSQL

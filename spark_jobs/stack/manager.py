@@ -28,8 +28,8 @@ PORT_SETTING = {
     "kafka": ("kafka_port", "kafka_controller_port"),
     "connect": ("connect_port",),
     "metastore": ("metastore_port",),
-    "thrift": ("thrift_port",),
-    "spark-connect": ("spark_connect_port",),
+    "thrift": ("thrift_port", "thrift_driver_port", "thrift_block_manager_port"),
+    "spark-connect": ("spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port"),
     "dq-docs": ("dq_docs_port",),
     "airflow": ("airflow_port", "airflow_scheduler_health_port"),
 }
@@ -162,7 +162,12 @@ def _pre_probe(settings: Settings, service: Service) -> None:
 
 def up(only: list[str] | None = None) -> Settings:
     """Start the stack (or the named services and what they need); a no-op if healthy."""
+    os.umask(bootstrap.UMASK)  # before anything is created: secrets, configs, initdb, Kafka storage
     settings = prepared_settings()
+    tightened = bootstrap.secure_state_dir(settings)
+    if tightened:
+        print(f"  made {tightened} file(s)/folder(s) under {settings.state_dir} private (no group/other access)",
+              flush=True)
     check_artifacts(settings)
     for d in (settings.data_dir, settings.log_dir, settings.run_dir, settings.conf_dir):
         d.mkdir(parents=True, exist_ok=True)

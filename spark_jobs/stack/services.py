@@ -12,18 +12,20 @@ import functools
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_jobs.jars import jar_group_dir, pyspark_home, spark_extra_jars
-from spark_jobs.session import spark_conf
+from spark_jobs.session import spark_conf_dir, spark_defaults_text, write_private
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack import health
 
 INFRA = REPO_ROOT / "infra"
 TEMPLATES = INFRA / "conf"
+METASTORE_LAUNCHER = INFRA / "metastore" / "LakeMetaStore.java"
 MINIO_BIN_NAME = "minio"
 
 
@@ -146,10 +148,6 @@ def data_docs_site(settings: Settings) -> Path:
     return settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
 
 
-def spark_conf_dir(settings: Settings) -> Path:
-    return settings.conf_dir / "spark"
-
-
 def base_env(settings: Settings) -> dict[str, str]:
     """Environment every supervised program gets (PATH with our venv first)."""
     path = f"{venv_bin()}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
@@ -197,9 +195,57 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": settings.host,
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(settings.airflow_scheduler_health_port),
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(settings.log_dir / "airflow-tasks"),
+        # Task logs are the owner's alone (Airflow chmods them to 0o775/0o664 by default, whatever the umask).
+        "AIRFLOW__LOGGING__FILE_TASK_HANDLER_NEW_FOLDER_PERMISSIONS": "0o700",
+        "AIRFLOW__LOGGING__FILE_TASK_HANDLER_NEW_FILE_PERMISSIONS": "0o600",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW_CONN_LAKE_SPARK": spark_conn,
     }
+
+
+def driver_ports_conf(driver_port: int, block_manager_port: int) -> dict[str, str]:
+    """Spark properties that put a long-running driver's RPC and block manager on ports from the settings.
+
+    No retries on the next port up: a taken port is an error naming it, not a listener somewhere else.
+    """
+    return {"spark.driver.port": str(driver_port), "spark.blockManager.port": str(block_manager_port),
+            "spark.driver.blockManager.port": str(block_manager_port), "spark.port.maxRetries": "0"}
+
+
+def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:
+    return [w for k, v in driver_ports_conf(driver_port, block_manager_port).items() for w in ("--conf", f"{k}={v}")]
+
+
+def metastore_classes_dir(settings: Settings) -> Path:
+    """Where ``infra/metastore/LakeMetaStore.java`` is compiled to (per source and pyspark version)."""
+    digest = hashlib.sha256(METASTORE_LAUNCHER.read_bytes() + str(pyspark_home()).encode()).hexdigest()[:16]
+    return settings.cache_dir / "classes" / f"metastore-{digest}"
+
+
+def build_metastore_launcher(settings: Settings) -> Path:
+    """Compile the metastore launcher against pyspark's Hive jars once; returns its classes folder."""
+    out = metastore_classes_dir(settings)
+    if (out / "LakeMetaStore.class").is_file():
+        return out
+    javac = shutil.which("javac") or (str(Path(java_bin()).parent / "javac"))
+    if not Path(javac).exists():
+        raise FileNotFoundError("javac not found next to java or on PATH: the metastore launcher "
+                                f"({METASTORE_LAUNCHER}) is compiled at `lake stack up`; install a JDK 17 "
+                                "(apt-get install openjdk-17-jdk-headless)")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", str(pyspark_home() / "jars" / "*"),
+                           str(METASTORE_LAUNCHER)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"compiling {METASTORE_LAUNCHER} failed (javac exit {proc.returncode}):\n"
+                           f"{(proc.stdout + proc.stderr)[-3000:]}")
+    try:
+        tmp.rename(out)
+    except OSError:  # compiled concurrently by another `lake stack up`
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def _cp(*parts: Path | str) -> str:
@@ -223,6 +269,8 @@ def services(settings: Settings) -> list[Service]:
             command=[pg_bin("postgres"), "-D", str(pg_data), "-p", str(settings.pg_port),
                      "-c", f"listen_addresses={host}",
                      "-c", f"unix_socket_directories={pg_sock}",
+                     # The socket is PostgreSQL's OS user's alone (default 0777); the stack connects over TCP.
+                     "-c", "unix_socket_permissions=0700",
                      "-c", "wal_level=logical", "-c", "max_wal_senders=10", "-c", "max_replication_slots=10",
                      # An abandoned replication slot must not fill the disk.
                      "-c", "max_slot_wal_keep_size=4GB",
@@ -289,15 +337,16 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=120,
         hint="Connect needs Kafka up and the Debezium plugin unpacked by `make setup`",
     )
-    metastore_cp = _cp(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings))
+    metastore_cp = _cp(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings),
+                       metastore_classes_dir(settings))
     metastore = Service(
         name="metastore",
         programs=(Program(
             name="metastore",
+            # LakeMetaStore, not HiveMetaStore: Hive 2.3's server binds every interface (see its source).
             command=[java_bin(), f"-Xmx{settings.metastore_heap}", "-Djava.awt.headless=true",
                      f"-Dlog4j2.configurationFile={conf / 'log4j2' / 'metastore.properties'}",
-                     "-cp", metastore_cp, "org.apache.hadoop.hive.metastore.HiveMetaStore",
-                     "-p", str(settings.metastore_port)],
+                     "-cp", metastore_cp, "LakeMetaStore", host, str(settings.metastore_port)],
             env={**env, "HADOOP_USER_NAME": "lake"},
         ),),
         ports=(settings.metastore_port,),
@@ -316,10 +365,11 @@ def services(settings: Settings) -> list[Service]:
                      "--conf", f"spark.driver.memory={settings.thrift_driver_memory}",
                      "--conf", f"spark.hive.server2.thrift.port={settings.thrift_port}",
                      "--conf", f"spark.hive.server2.thrift.bind.host={host}",
+                     *driver_port_args(settings.thrift_driver_port, settings.thrift_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake"},
         ),),
-        ports=(settings.thrift_port,),
+        ports=(settings.thrift_port, settings.thrift_driver_port, settings.thrift_block_manager_port),
         endpoint=f"jdbc:hive2://{host}:{settings.thrift_port}/default",
         probe=health.thrift,
         start_timeout=180,
@@ -339,10 +389,12 @@ def services(settings: Settings) -> list[Service]:
                      "--conf", f"spark.driver.memory={settings.spark_connect_driver_memory}",
                      "--conf", f"spark.connect.grpc.binding.address={host}",
                      "--conf", f"spark.connect.grpc.binding.port={settings.spark_connect_port}",
+                     *driver_port_args(settings.spark_connect_driver_port, settings.spark_connect_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake", "SPARK_CONNECT_AUTHENTICATE_TOKEN": settings.spark_connect_token},
         ),),
-        ports=(settings.spark_connect_port,),
+        ports=(settings.spark_connect_port, settings.spark_connect_driver_port,
+               settings.spark_connect_block_manager_port),
         endpoint=f"sc://{host}:{settings.spark_connect_port}",
         probe=health.spark_connect,
         start_timeout=180,
@@ -397,16 +449,10 @@ def stream_program(settings: Settings) -> Program:
                    env=base_env(settings), stop_wait=120, stop_as_group=False)
 
 
-def spark_defaults_text(settings: Settings) -> str:
-    lines = ["# Generated by `lake stack up` from spark_jobs.session.spark_conf. Holds secrets: mode 0600."]
-    for key, value in sorted(spark_conf(settings).items()):
-        lines.append(f"{key} {value}")
-    return "\n".join(lines) + "\n"
-
-
 def template_values(settings: Settings) -> dict[str, str]:
     return {
         "HOST": settings.host,
+        "HOST_URL": f"[{settings.host}]" if ":" in settings.host else settings.host,
         "PG_PORT": str(settings.pg_port),
         "PG_SOCKET_DIR": str(pg_dirs(settings)[1]),
         "PG_HOST": settings.pg_host,
@@ -426,13 +472,6 @@ def template_values(settings: Settings) -> dict[str, str]:
         "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
         "SECRETS_DIR": str(settings.state_dir / "secrets"),
     }
-
-
-def write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
 
 
 def render_configs(settings: Settings) -> None:
@@ -455,3 +494,4 @@ def check_artifacts(settings: Settings) -> None:
     jar_group_dir(settings, "spark")
     minio_binary(settings)
     java_bin()
+    build_metastore_launcher(settings)

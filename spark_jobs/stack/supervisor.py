@@ -13,8 +13,9 @@ from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
-from spark_jobs.stack.services import Program, Service, stream_program, write_private
+from spark_jobs.stack.services import Program, Service, stream_program
 
 # sockaddr_un.sun_path is 108 bytes on Linux.
 _MAX_SOCKET_PATH = 100
@@ -62,6 +63,8 @@ def render(settings: Settings, services: list[Service]) -> str:
         f"logfile={settings.log_dir / 'supervisord.log'}",
         f"pidfile={pid_path(settings)}",
         f"directory={settings.state_dir}",
+        # Inherited by every program: logs, Kafka segments, MinIO objects, Delta checkpoints stay private.
+        "umask=077",
         "logfile_maxbytes=10MB",
         "logfile_backups=2",
         "loglevel=info",

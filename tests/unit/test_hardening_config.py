@@ -1,0 +1,134 @@
+"""The stack's configuration keeps listeners on LAKE_HOST, secrets off command lines and the state dir private."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from spark_jobs import session
+from spark_jobs.settings import SECRET_NAMES, Settings, SettingsError, load_settings
+from spark_jobs.stack import bootstrap, services, supervisor
+from spark_jobs.stack.services import render_template, template_values
+
+SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3secretvalue0123456789",
+           "LAKE_PG_PASSWORD": "pgpasswordvalue123", "LAKE_CDC_PASSWORD": "cdcpasswordvalue123",
+           "LAKE_MINIO_ROOT_USER": "rootuserxyz", "LAKE_MINIO_ROOT_PASSWORD": "minioRootPassword123",
+           "LAKE_AIRFLOW_ADMIN_PASSWORD": "airflowAdminPw123", "LAKE_AIRFLOW_SECRET_KEY": "airflowSecretKey123",
+           "LAKE_SPARK_CONNECT_TOKEN": "sparkConnectToken123"}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return load_settings({"LAKE_STATE_DIR": str(tmp_path / "state"), "LAKE_HOST": "127.0.0.2", **SECRETS})
+
+
+def test_every_secret_setting_has_a_test_value() -> None:
+    assert {f"LAKE_{n.upper()}" for n in SECRET_NAMES} == set(SECRETS)
+
+
+def test_two_services_on_one_port_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="LAKE_STREAM_DRIVER_PORT and LAKE_THRIFT_PORT are both 10000"):
+        load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_STREAM_DRIVER_PORT": "10000"})
+
+
+def test_the_builder_conf_has_no_secret_and_the_defaults_file_has_them_privately(settings: Settings) -> None:
+    public = session.public_spark_conf(settings)
+    assert not session.SECRET_SPARK_KEYS & set(public)
+    for value in SECRETS.values():
+        assert all(value not in v for v in public.values())
+    conf_dir = session.write_spark_defaults(settings)
+    defaults = conf_dir / "spark-defaults.conf"
+    assert stat.S_IMODE(defaults.stat().st_mode) == 0o600
+    text = defaults.read_text()
+    assert "spark.hadoop.fs.s3a.secret.key s3secretvalue0123456789" in text
+    assert "spark.hadoop.fs.s3a.access.key lakeaccesskeyxyz" in text
+    assert "spark.python.unix.domain.socket.enabled true" in text
+
+
+def test_the_defaults_file_is_tightened_and_refreshed(settings: Settings) -> None:
+    defaults = session.write_spark_defaults(settings) / "spark-defaults.conf"
+    defaults.write_text("stale\n")
+    defaults.chmod(0o644)
+    session.write_spark_defaults(settings)
+    assert stat.S_IMODE(defaults.stat().st_mode) == 0o600
+    assert "s3secretvalue0123456789" in defaults.read_text()
+
+
+def test_build_session_refuses_a_secret_as_an_extra_option(settings: Settings) -> None:
+    with pytest.raises(ValueError, match=r"secret Spark properties .*spark\.hadoop\.fs\.s3a\.secret\.key"):
+        session.build_session(settings, "x", extra={"spark.hadoop.fs.s3a.secret.key": "k"})
+
+
+def test_no_supervised_command_line_holds_a_secret(settings: Settings) -> None:
+    programs = [p for s in services.services(settings) for p in s.programs] + [services.stream_program(settings)]
+    text = supervisor.render(settings, services.services(settings))
+    for value in SECRETS.values():
+        assert value not in text, "a secret in supervisord.conf ends up on a command line or in its file"
+        for prog in programs:
+            assert value not in " ".join(prog.command), f"{prog.name}'s command line holds a secret"
+
+
+def test_supervisord_and_its_programs_run_with_umask_077(settings: Settings) -> None:
+    assert "\numask=077\n" in supervisor.render(settings, [])
+
+
+def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
+    by_name = {p.name: p for s in services.services(settings) for p in s.programs}
+    metastore = by_name["metastore"].command
+    assert metastore[-3:] == ["LakeMetaStore", "127.0.0.2", str(settings.metastore_port)]
+    for name, driver, block_manager in (
+            ("thrift", settings.thrift_driver_port, settings.thrift_block_manager_port),
+            ("spark-connect", settings.spark_connect_driver_port, settings.spark_connect_block_manager_port)):
+        cmd = " ".join(by_name[name].command)
+        assert f"spark.driver.port={driver}" in cmd and f"spark.blockManager.port={block_manager}" in cmd
+        assert "spark.port.maxRetries=0" in cmd
+    values = template_values(settings)
+    root = Path(services.TEMPLATES)
+    kafka = render_template((root / "kafka" / "server.properties").read_text(), values)
+    assert (f"listeners=PLAINTEXT://127.0.0.2:{settings.kafka_port},CONTROLLER://127.0.0.2:"
+            f"{settings.kafka_controller_port}") in kafka
+    assert "127.0.0.1" not in _settings_lines(kafka)
+    connect = render_template((root / "connect" / "worker.properties").read_text(), values)
+    assert f"listeners=http://127.0.0.2:{settings.connect_port}" in connect and "127.0.0.1" not in _settings_lines(connect)
+    env = services.airflow_env(settings)
+    assert env["AIRFLOW__LOGGING__FILE_TASK_HANDLER_NEW_FILE_PERMISSIONS"] == "0o600"
+
+
+def _settings_lines(properties: str) -> str:
+    return "\n".join(line for line in properties.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_the_metastore_launcher_compiles(settings: Settings, tmp_path: Path) -> None:
+    s = load_settings({"LAKE_STATE_DIR": str(tmp_path / "s"), "LAKE_CACHE_DIR": str(tmp_path / "cache")})
+    out = services.build_metastore_launcher(s)
+    assert (out / "LakeMetaStore.class").is_file()
+    assert services.build_metastore_launcher(s) == out  # cached
+
+
+def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
+    old = os.umask(0o022)
+    try:
+        logs = settings.log_dir
+        logs.mkdir(parents=True)
+        (logs / "kafka.log").write_text("x")
+        (logs / "kafka.log").chmod(0o644)
+        (settings.data_dir / "minio" / "lake").mkdir(parents=True)
+        (settings.data_dir / "minio" / "lake" / "part.bin").write_text("x")
+        (settings.state_dir / "exe.sh").write_text("x")
+        (settings.state_dir / "exe.sh").chmod(0o755)
+        assert bootstrap.secure_state_dir(settings) >= 4
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((logs / "kafka.log").stat().st_mode) == 0o600
+    assert stat.S_IMODE((settings.state_dir / "exe.sh").stat().st_mode) == 0o700
+    assert stat.S_IMODE((settings.data_dir / "minio").stat().st_mode) == 0o700
+    assert stat.S_IMODE((settings.data_dir / "minio" / "lake" / "part.bin").stat().st_mode) == 0o600
+    # PostgreSQL's OS user (when we are root) may traverse the folders to its cluster and socket, no more.
+    top = 0o710 if os.geteuid() == 0 else 0o700
+    for d in (settings.state_dir, settings.data_dir, settings.run_dir):
+        assert stat.S_IMODE(d.stat().st_mode) == top, d
+    assert os.umask(0o077) == 0o022  # secure_state_dir set 077 for the process; the finally put 022 back
+    os.umask(old)
