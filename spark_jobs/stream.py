@@ -34,7 +34,24 @@ __all__ = ["main", "run", "status_path"]
 
 
 def run(settings: Settings) -> int:
-    """Start every query and block until one stops (SIGTERM/SIGINT stop them all cleanly)."""
+    """Start every query and block until one stops (SIGTERM/SIGINT stop them all cleanly).
+
+    Returns 3 without starting Spark when another driver runs one of the queries (:mod:`.streaming.owner`).
+    """
+    from spark_jobs.streaming.owner import QueryOwned, claim
+
+    try:
+        held = claim(settings, [f"lake_{q}" for q in settings.stream_query_list])
+    except QueryOwned as exc:
+        print(exc, file=sys.stderr, flush=True)
+        return 3
+    try:
+        return _run(settings)
+    finally:
+        held.release()
+
+
+def _run(settings: Settings) -> int:
     from spark_jobs.session import build_session
     from spark_jobs.stack.services import driver_ports_conf
     from spark_jobs.streaming import cdc, events

@@ -83,6 +83,21 @@ def _wait_running(settings: Settings, program: str, old_pid: int, timeout: float
     raise AssertionError(f"{program} did not come back after SIGKILL")
 
 
+def test_a_second_driver_is_refused_naming_the_running_one(cdc: Settings) -> None:
+    """`lake stream run` beside the supervised app: refused before Spark starts (one writer per checkpoint)."""
+    deadline = time.monotonic() + 120  # `lake stream start` returns while supervisord still says STARTING
+    while (info := supervisor.program_info(cdc, "stream") or {}).get("statename") == "STARTING" \
+            and time.monotonic() < deadline:
+        time.sleep(1)
+    assert info.get("statename") == "RUNNING", info
+    second = run_lake("stream", "run", check=False, timeout=120)
+    assert second.returncode == 3, second.stdout[-2000:] + second.stderr[-2000:]
+    assert f"pid {info['pid']}" in second.stderr and "supervised app" in second.stderr, second.stderr
+    assert "lake stream stop" in second.stderr, second.stderr
+    after = supervisor.program_info(cdc, "stream") or {}
+    assert (after.get("statename"), after.get("pid")) == ("RUNNING", info["pid"]), after
+
+
 def _load_in_background(settings: Settings, seed: int, seconds: float) -> threading.Thread:
     thread = threading.Thread(target=run_loadgen, kwargs={"settings": settings, "rate": 300, "duration": seconds,
                                                           "seed": seed}, daemon=True)
