@@ -67,3 +67,43 @@ def test_connector_config_never_shows_the_password(stack: Settings) -> None:
     rows = json.loads(status.stdout)
     assert rows[0]["name"] == "shop-postgres" and rows[0]["state"] == "RUNNING"
     assert isinstance(rows[0]["slot_lag_bytes"], int)
+
+
+#: PostgreSQL type (information_schema) -> the contract's Spark type string.
+_PG_TO_SPARK = {"bigint": "bigint", "integer": "int", "text": "string", "character varying": "string",
+                "character": "string", "jsonb": "string", "boolean": "boolean",
+                "timestamp with time zone": "timestamp"}
+
+
+def test_shop_schema_in_postgres_matches_the_contracts(stack: Settings) -> None:
+    """Every contract column exists in PostgreSQL with the type the contract maps it to, and the keys are the
+    primary keys (PostgreSQL may have more columns: added ones flow into silver on their own)."""
+    import psycopg2
+
+    from spark_jobs.contracts.shop import CDC_TABLES
+
+    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT table_name, column_name, data_type, numeric_precision, numeric_scale "
+                    "FROM information_schema.columns WHERE table_schema = 'public'")
+        columns: dict[str, dict[str, str]] = {}
+        for table, column, pg_type, precision, scale in cur.fetchall():
+            spark_type = f"decimal({precision},{scale})" if pg_type == "numeric" else _PG_TO_SPARK.get(pg_type, pg_type)
+            columns.setdefault(table, {})[column] = spark_type
+        cur.execute("SELECT tc.table_name, kcu.column_name FROM information_schema.table_constraints tc "
+                    "JOIN information_schema.key_column_usage kcu USING (constraint_schema, constraint_name) "
+                    "WHERE tc.table_schema = 'public' AND tc.constraint_type = 'PRIMARY KEY' "
+                    "ORDER BY kcu.ordinal_position")
+        keys: dict[str, list[str]] = {}
+        for table, column in cur.fetchall():
+            keys.setdefault(table, []).append(column)
+    conn.close()
+    problems = []
+    for contract in CDC_TABLES.values():
+        have = columns.get(contract.table, {})
+        for field in contract.schema.fields:
+            if have.get(field.name) != field.dataType.simpleString():
+                problems.append(f"{contract.table}.{field.name}: contract {field.dataType.simpleString()}, "
+                                f"PostgreSQL {have.get(field.name, 'missing')}")
+        if tuple(keys.get(contract.table, [])) != contract.keys:
+            problems.append(f"{contract.table}: contract keys {contract.keys}, primary key {keys.get(contract.table)}")
+    assert not problems, "\n".join(problems)
