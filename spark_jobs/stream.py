@@ -20,6 +20,7 @@ supervisor restarts the whole app from the checkpoints.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -53,13 +54,14 @@ def run(settings: Settings) -> int:
 
 def _run(settings: Settings) -> int:
     from spark_jobs.session import build_session
-    from spark_jobs.stack.services import driver_ports_conf
+    from spark_jobs.stack.services import stream_ports_conf
     from spark_jobs.streaming import cdc, events
 
     spark = build_session(settings, "lake-stream", extra={
         "spark.driver.memory": settings.stream_driver_memory,
-        # RPC and block manager on LAKE_HOST and ports from the settings (random ports otherwise).
-        **driver_ports_conf(settings.stream_driver_port, settings.stream_block_manager_port),
+        # The supervised app's RPC and block manager on ports from the settings (a `lake stream run` beside
+        # it, e.g. another query, takes random ones on LAKE_HOST like any ad hoc driver).
+        **stream_ports_conf(settings, os.environ),
         # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
         # thread died, the query hung): exit instead, so the supervisor restarts the app and the log says why.
         "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,6 +210,14 @@ def driver_ports_conf(driver_port: int, block_manager_port: int) -> dict[str, st
     """
     return {"spark.driver.port": str(driver_port), "spark.blockManager.port": str(block_manager_port),
             "spark.driver.blockManager.port": str(block_manager_port), "spark.port.maxRetries": "0"}
+
+
+def stream_ports_conf(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
+    """Fixed driver ports for the streaming app supervised as ``stream`` (supervisord names its children in
+    ``SUPERVISOR_PROCESS_NAME``); none for another driver, which would collide with it."""
+    if environ.get("SUPERVISOR_PROCESS_NAME") != stream_program(settings).name:
+        return {}
+    return driver_ports_conf(settings.stream_driver_port, settings.stream_block_manager_port)
 
 
 def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:

@@ -97,6 +97,13 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
     assert env["AIRFLOW__LOGGING__FILE_TASK_HANDLER_NEW_FILE_PERMISSIONS"] == "0o600"
 
 
+def test_only_the_supervised_stream_takes_the_stream_ports(settings: Settings) -> None:
+    conf = services.stream_ports_conf(settings, {"SUPERVISOR_PROCESS_NAME": "stream"})
+    assert conf["spark.driver.port"] == str(settings.stream_driver_port)
+    assert conf["spark.blockManager.port"] == str(settings.stream_block_manager_port)
+    assert services.stream_ports_conf(settings, {}) == {}  # `lake stream run` beside it: random ports
+
+
 def _settings_lines(properties: str) -> str:
     return "\n".join(line for line in properties.splitlines() if not line.lstrip().startswith("#"))
 
