@@ -10,7 +10,13 @@ Each task validates one table against its Great Expectations suite in
 writes one row per expectation to `ops.dq_results`, renders the validation's
 Data Docs page under the state dir, and fails naming the table, expectation,
 unexpected count and sample rows if a `block` expectation failed. `warn` only
-records. Freshness SLOs come from `LAKE_DQ_FRESHNESS_*`.
+records. Freshness SLOs come from `LAKE_DQ_FRESHNESS_*` (per table: `LAKE_DQ_FRESHNESS_TABLES`).
+
+Param `settle_seconds` (default 600): rules across two CDC tables (an order's
+total against its items, orders -> customers) judge only changes at least this
+old, since each topic applies on its own. Trigger with `{"settle_seconds": 0}`
+once the stream is known to be caught up (`lake stream wait`) to judge
+everything at once.
 
 Tasks run one at a time (two cores, one writer of `ops.dq_results` per DAG);
 a run re-does the same checks, so retries and clears are idempotent (results
@@ -22,7 +28,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Param, task
 
 # Literal on purpose: importing spark_jobs.quality at parse time would import GX and Spark.
 LIVE_TABLES = ("silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.events",
@@ -39,7 +45,8 @@ def _check_task(table: str) -> Any:
 
         try:
             return run_live_check(table, run_id=context["run_id"], dag_id=context["dag"].dag_id,
-                                  task_id=context["task"].task_id)
+                                  task_id=context["task"].task_id,
+                                  settle_seconds=int(context["params"]["settle_seconds"]))
         except DqBlocked as exc:  # the data must change first; the next scheduled run checks again
             raise AirflowFailException(str(exc)) from exc
 
@@ -53,6 +60,8 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     schedule=timedelta(minutes=10),
     catchup=False,
+    params={"settle_seconds": Param(600, type="integer", minimum=0,
+                                    description="judge cross-table rules only on changes at least this old")},
     max_active_runs=1,
     max_active_tasks=1,
     tags=["lakestream", "data-quality", "silver", "hot"],

@@ -64,6 +64,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     bgold = bsub.add_parser("gold", help="backfill seconds, Spark vs DuckDB on fct_daily_sales", add_help=False)
     bgold.add_argument("args", nargs=argparse.REMAINDER)
+    bdq = bsub.add_parser("dq", help="seconds per data-quality suite and per million rows (silver, a gold day)",
+                          add_help=False)
+    bdq.add_argument("args", nargs=argparse.REMAINDER)
 
     gold = sub.add_parser("gold", help="gold batch views (what the lake_gold_daily DAG runs)")
     gsub = gold.add_subparsers(dest="action", required=True)
@@ -85,6 +88,8 @@ def _build_parser() -> argparse.ArgumentParser:
     drun = dsub.add_parser("run", help="validate a table now (whole, or one UTC day) and record the results")
     drun.add_argument("--table", required=True)
     drun.add_argument("--date", type=date.fromisoformat, help="YYYY-MM-DD: only that UTC day (tables with a date)")
+    drun.add_argument("--settle-seconds", type=int, default=600,
+                      help="cross-table rules judge only changes at least this old (0 once the stream caught up)")
 
     reconcile = sub.add_parser("reconcile", help="ledgers: what was sent vs what the lake holds")
     rsub = reconcile.add_subparsers(dest="kind", required=True)
@@ -199,6 +204,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             from spark_jobs import bench_gold
 
             return bench_gold.main(args.args)
+        if args.kind == "dq":
+            from spark_jobs import bench_dq
+
+            return bench_dq.main(args.args)
         from spark_jobs import bench
 
         return bench.main(args.args)
@@ -259,7 +268,7 @@ def _dq(args: argparse.Namespace) -> int:
         return checks.main_status(spark, args.table, args.json)
     if args.action == "history":
         return checks.main_history(spark, args.table, args.limit)
-    return checks.main_run(spark, settings, args.table, args.date)
+    return checks.main_run(spark, settings, args.table, args.date, args.settle_seconds)
 
 
 def _stream(args: argparse.Namespace) -> int:

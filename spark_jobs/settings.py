@@ -137,6 +137,7 @@ class Settings:
     dq_docs_port: int
     dq_freshness_silver_seconds: int
     dq_freshness_hot_seconds: int
+    dq_freshness_tables: str  # per-table SLOs "<db>.<table>=<seconds>,...": see dq_freshness_seconds()
 
     # Airflow
     airflow_port: int
@@ -146,6 +147,23 @@ class Settings:
     airflow_parallelism: int
     airflow_scheduler_health_port: int
     airflow_secret_key: str
+
+    def dq_freshness_overrides(self) -> dict[str, int]:
+        """``LAKE_DQ_FRESHNESS_TABLES`` (``silver.orders=600,hot.funnel_15m=120``) as table -> seconds."""
+        out: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in self.dq_freshness_tables.split(","))):
+            table, sep, seconds = item.partition("=")
+            if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*", table.strip()) \
+                    or not seconds.strip().isdigit() or int(seconds) < 1:
+                raise SettingsError(f"LAKE_DQ_FRESHNESS_TABLES: {item!r} is not <db>.<table>=<seconds >= 1> "
+                                    "(e.g. silver.orders=600,hot.funnel_15m=120)")
+            out[table.strip()] = int(seconds)
+        return out
+
+    def dq_freshness_seconds(self, table: str) -> int:
+        """The freshness SLO of ``table``: its ``LAKE_DQ_FRESHNESS_TABLES`` entry, else its layer's default."""
+        layer = self.dq_freshness_hot_seconds if table.startswith("hot.") else self.dq_freshness_silver_seconds
+        return self.dq_freshness_overrides().get(table, layer)
 
     @property
     def stream_query_list(self) -> tuple[str, ...]:
@@ -278,6 +296,7 @@ _DEFAULTS: dict[str, str] = {
     "dq_docs_port": "18090",
     "dq_freshness_silver_seconds": "900",
     "dq_freshness_hot_seconds": "300",
+    "dq_freshness_tables": "",
     "airflow_port": "18080",
     "airflow_url": "http://{host}:{airflow_port}",
     "airflow_admin_user": "admin",
@@ -391,6 +410,7 @@ def _validate(s: Settings) -> None:
     if s.events_parse_processes < 0:
         raise SettingsError(f"LAKE_EVENTS_PARSE_PROCESSES={s.events_parse_processes} must be >= 0 "
                             "(0: one per CPU of the driver, at most 8; 1: parse in the driver process only)")
+    s.dq_freshness_overrides()  # raises on a malformed LAKE_DQ_FRESHNESS_TABLES
     if s.dq_freshness_silver_seconds < 1 or s.dq_freshness_hot_seconds < 1:
         raise SettingsError(f"LAKE_DQ_FRESHNESS_SILVER_SECONDS={s.dq_freshness_silver_seconds} and "
                             f"LAKE_DQ_FRESHNESS_HOT_SECONDS={s.dq_freshness_hot_seconds} must both be >= 1 (seconds)")

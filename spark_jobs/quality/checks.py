@@ -13,7 +13,7 @@ import json
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.quality.runner import DqBlocked, DqOutcome, validate
+from spark_jobs.quality.runner import SETTLE_SECONDS, DqBlocked, DqOutcome, validate
 from spark_jobs.quality.store import RESULTS_TABLE, write_quarantine, write_results
 from spark_jobs.quality.suites import Suite, load_suite
 
@@ -55,27 +55,34 @@ def table_frame(spark: SparkSession, suite: Suite, *, day: date | None = None, n
 
 
 def check_table(spark: SparkSession, settings: Settings, table: str, *, run_id: str, dag_id: str, task_id: str,
-                day: date | None = None) -> DqOutcome:
-    """Validate ``table`` now (or one UTC ``day`` of it), record results and quarantine rows; -> the outcome."""
+                day: date | None = None, settle_seconds: int = SETTLE_SECONDS) -> DqOutcome:
+    """Validate ``table`` now (or one UTC ``day`` of it), record results and quarantine rows; -> the outcome.
+
+    ``settle_seconds``: cross-table rules judge only changes at least this old (``{settle_seconds}``).
+    """
     suite = load_suite(table)
     df, interval = table_frame(spark, suite, day=day)
-    outcome = validate(spark, df, table, interval=interval, run_id=run_id, dag_id=dag_id, task_id=task_id)
+    outcome = validate(spark, df, table, interval=interval, run_id=run_id, dag_id=dag_id, task_id=task_id,
+                       settle_seconds=settle_seconds)
     write_results(spark, settings, outcome)
     write_quarantine(spark, settings, outcome)
     return outcome
 
 
-def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str) -> str:
+def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str, settle_seconds: int = SETTLE_SECONDS
+                   ) -> str:
     """Airflow task body of ``lake_dq_streaming``: check one live table; raises :class:`DqBlocked` on a block failure.
 
-    Runs on the stack's Spark Connect server (no JVM per task).
+    Runs on the stack's Spark Connect server (no JVM per task). ``settle_seconds`` is the run's param: 0 judges
+    every change at once (right when the stream is known to be caught up, e.g. after ``lake stream wait``).
     """
     from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
 
     settings = load_settings()
     spark = connect_session(settings)
-    outcome = check_table(spark, settings, table, run_id=run_id, dag_id=dag_id, task_id=task_id)
+    outcome = check_table(spark, settings, table, run_id=run_id, dag_id=dag_id, task_id=task_id,
+                          settle_seconds=settle_seconds)
     text = outcome.summary()
     print(text, flush=True)
     if outcome.blocked:
@@ -126,12 +133,14 @@ def history(spark: SparkSession, table: str | None = None, limit: int = 50) -> l
              "blocking": r["blocking"]} for r in rows]
 
 
-def main_run(spark: SparkSession, settings: Settings, table: str, day: date | None) -> int:
+def main_run(spark: SparkSession, settings: Settings, table: str, day: date | None,
+             settle_seconds: int = SETTLE_SECONDS) -> int:
     """``lake dq run``: validate ``table`` (whole, or one UTC day) now; exit 1 if blocked."""
     from uuid import uuid4
 
     run_id = f"manual__{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}_{uuid4().hex[:6]}"
-    outcome = check_table(spark, settings, table, run_id=run_id, dag_id="lake_dq_cli", task_id=table, day=day)
+    outcome = check_table(spark, settings, table, run_id=run_id, dag_id="lake_dq_cli", task_id=table, day=day,
+                          settle_seconds=settle_seconds)
     print(outcome.summary())
     return 1 if outcome.blocked else 0
 

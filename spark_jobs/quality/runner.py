@@ -2,10 +2,11 @@
 
 One GX validation per call: an ephemeral context, a Spark datasource holding
 the caller's session (classic or Spark Connect), a dataframe asset, a
-whole-dataframe batch definition and every expectation of the suite in one
-``ValidationDefinition.run``. The frame is never persisted (``persist=False``):
-GX's aggregate metrics share jobs, map expectations with failures and custom
-SQL rules add a few jobs each.
+whole-dataframe batch definition. The work per suite is bounded, whatever the
+number of expectations (see :func:`validate_suite`): one GX run for verdicts
+only (map expectations' counts bundled in one aggregate job), one Spark job for
+all custom SQL rules, and a second GX run, for samples, over the expectations
+that failed only. The frame is never persisted here (``persist=False``).
 
 Severities act after the run:
 
@@ -31,7 +32,8 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,11 +45,15 @@ logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from spark_jobs.settings import Settings
 
 #: Rows of unexpected values kept per expectation (result, ops.dq_results, the task log).
 SAMPLE_ROWS = 20
+#: Default age a change must reach before a cross-table rule judges it (``{settle_seconds}``): the CDC topics
+#: of two tables apply independently, so a fresh order may not have its items yet.
+SETTLE_SECONDS = 600
 #: Column of ``quarantined``: the names of the quarantine expectations the row failed.
 EXPECTATIONS_COLUMN = "_dq_expectations"
 
@@ -133,15 +139,14 @@ def utc_micros(when: datetime) -> int:
 
 
 def query_params(table: str, interval: tuple[datetime, datetime] | None, now: datetime,
-                 settings: Settings | None) -> dict[str, str]:
+                 settings: Settings | None, settle_seconds: int = SETTLE_SECONDS) -> dict[str, str]:
     """Placeholder values for a suite's SQL: instants as ``timestamp_micros`` (session-time-zone proof)."""
     start, end = interval if interval else (now - timedelta(days=1), now)
     if interval and end <= start:
         raise ValueError(f"empty interval for {table}: start {start.isoformat()} is not before end {end.isoformat()}")
-    layer = table.partition(".")[0]
-    slo = ""
-    if settings is not None:
-        slo = str(settings.dq_freshness_hot_seconds if layer == "hot" else settings.dq_freshness_silver_seconds)
+    if settle_seconds < 0:
+        raise ValueError(f"settle_seconds={settle_seconds} must be >= 0")
+    slo = "" if settings is None else str(settings.dq_freshness_seconds(table))
     return {
         "interval_start": f"timestamp_micros({utc_micros(start)})",
         "interval_end": f"timestamp_micros({utc_micros(end)})",
@@ -149,6 +154,7 @@ def query_params(table: str, interval: tuple[datetime, datetime] | None, now: da
         "interval_end_date": f"DATE'{end.astimezone(UTC).date().isoformat()}'",
         "now": f"timestamp_micros({utc_micros(now)})",
         "freshness_slo_seconds": slo or "0",
+        "settle_seconds": str(int(settle_seconds)),
     }
 
 
@@ -164,8 +170,19 @@ def _filled(spec: ExpectationSpec, params: dict[str, str], tables: dict[str, str
 # --------------------------------------------------------------------------- GX
 
 
+def _gx_suite(suite: Suite, specs: list[tuple[ExpectationSpec, dict[str, Any]]], name: str | None = None) -> Any:
+    """A GX ``ExpectationSuite`` of ``specs`` (fresh expectation objects; each carries its name and severity)."""
+    import great_expectations as gx
+
+    classes = expectation_classes()
+    expectations = [classes[spec.type](**kwargs, meta={"dq_name": spec.name, "severity": spec.severity})
+                    for spec, kwargs in specs]
+    return gx.ExpectationSuite(name=name or suite.table, expectations=expectations,
+                               meta={"source": str(suite.path or "")})
+
+
 def _gx_objects(spark: SparkSession, suite: Suite, specs: list[tuple[ExpectationSpec, dict[str, Any]]]) -> Any:
-    """An ephemeral GX context with the suite bound to a whole-dataframe batch of ``spark``; -> (ctx, bd, vd)."""
+    """An ephemeral GX context with ``specs`` bound to a whole-dataframe batch of ``spark``; -> (ctx, bd, vd)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
         DataContextConfig,
@@ -183,11 +200,7 @@ def _gx_objects(spark: SparkSession, suite: Suite, specs: list[tuple[Expectation
     ds._spark = spark
     asset = ds.add_dataframe_asset(name=suite.table.replace(".", "__"))
     bd = asset.add_batch_definition_whole_dataframe("whole")
-    classes = expectation_classes()
-    expectations = [classes[spec.type](**kwargs, meta={"dq_name": spec.name, "severity": spec.severity})
-                    for spec, kwargs in specs]
-    gx_suite = ctx.suites.add(gx.ExpectationSuite(name=suite.table, expectations=expectations,
-                                                  meta={"source": str(suite.path or "")}))
+    gx_suite = ctx.suites.add(_gx_suite(suite, specs))
     vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{suite.table}:whole", data=bd, suite=gx_suite))
     return ctx, bd, vd
 
@@ -221,6 +234,9 @@ def _to_result(table: str, spec: ExpectationSpec, r: Any) -> ExpectationResult:
         unexpected = None if res.get("observed_value") is None else int(res["observed_value"])
         observed = None if unexpected is None else f"{unexpected} unexpected rows"
         sample = list((res.get("details") or {}).get("unexpected_rows") or [])
+    elif spec.row_level and r.success and error is None and "mostly" not in spec.kwargs:
+        # A passing map expectation validated for its verdict only (BOOLEAN_ONLY): no row failed it.
+        unexpected, observed = 0, "0 unexpected"
     else:
         ov = res.get("observed_value")
         observed = None if ov is None else json.dumps(ov, default=str, ensure_ascii=False)[:2000]
@@ -272,38 +288,183 @@ def _split(spark: SparkSession, df: DataFrame, keys: tuple[str, ...], bad: list[
     return passed, quarantined
 
 
+#: How the bundled SQL job carries a rule's row as JSON: nulls kept, timestamps to the microsecond with their offset.
+_TO_JSON = {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+
+
+def _decode(text: str, schema: StructType) -> dict[str, Any]:
+    """A row as :func:`_sql_rule_frames` encodes it -> the values ``Row.asDict()`` gives (what GX itself returns)."""
+    from pyspark.sql.types import DateType, DecimalType, TimestampType
+
+    row: dict[str, Any] = json.loads(text, parse_float=Decimal)
+    out: dict[str, Any] = {}
+    for f in schema.fields:
+        v = row.get(f.name)
+        if v is not None and isinstance(f.dataType, DecimalType):
+            v = Decimal(str(v))
+        elif isinstance(v, str) and isinstance(f.dataType, TimestampType):
+            v = datetime.fromisoformat(v).astimezone().replace(tzinfo=None)  # naive local time, as pyspark's collect
+        elif isinstance(v, str) and isinstance(f.dataType, DateType):
+            v = date.fromisoformat(v)
+        out[f.name] = v
+    return out
+
+
+def _sql_rule_frames(spark: SparkSession, view: str, rules: list[tuple[ExpectationSpec, dict[str, Any]]]
+                     ) -> tuple[DataFrame, list[StructType]]:
+    """The rows every rule's query returns, tagged (``__dq_rule``: index in ``rules``; ``__dq_row``: the row as
+    JSON), and each rule's row schema."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames, schemas = [], []
+    for i, (_, kwargs) in enumerate(rules):
+        query = str(kwargs["unexpected_rows_query"]).format(batch=view)
+        rows = spark.sql(query)
+        schemas.append(rows.schema)
+        frames.append(rows.select(F.lit(i).alias("__dq_rule"), F.to_json(
+            F.struct(*[F.col(f"`{c}`") for c in rows.columns]), _TO_JSON).alias("__dq_row")))
+    return reduce(lambda a, b: a.unionByName(b), frames), schemas
+
+
+def sql_rule_counts(spark: SparkSession, df: DataFrame, rules: list[tuple[ExpectationSpec, dict[str, Any]]]
+                    ) -> dict[str, tuple[int, list[dict[str, Any]]] | Exception]:
+    """Every custom SQL rule in ONE Spark job: per rule its unexpected row count and up to SAMPLE_ROWS rows.
+
+    GX's ``unexpected_rows_expectation`` runs two jobs per rule (a count, then a fetch of 200 rows). Here the
+    rules' rows are tagged and unioned, and one aggregate returns each rule's count and its first rows (ordered
+    by their JSON text, so the sample is deterministic). A rule that cannot be planned or run is retried alone;
+    its error is its result.
+    """
+    if not rules:
+        return {}
+    from pyspark.errors import PySparkException
+
+    view = f"__dq_batch_{uuid.uuid4().hex}"
+    df.createOrReplaceTempView(view)
+    try:
+        return _sql_rule_job(spark, view, rules)
+    except PySparkException as exc:
+        if len(rules) == 1:
+            return {rules[0][0].name: exc}
+        out: dict[str, tuple[int, list[dict[str, Any]]] | Exception] = {}
+        for rule in rules:
+            try:
+                out.update(_sql_rule_job(spark, view, [rule]))
+            except PySparkException as rule_exc:  # the rule's own error (bad SQL, missing table), reported per rule
+                out[rule[0].name] = rule_exc
+        return out
+    finally:
+        with contextlib.suppress(Exception):
+            spark.catalog.dropTempView(view)
+
+
+def _sql_rule_job(spark: SparkSession, view: str, rules: list[tuple[ExpectationSpec, dict[str, Any]]]
+                  ) -> dict[str, tuple[int, list[dict[str, Any]]] | Exception]:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    tagged, schemas = _sql_rule_frames(spark, view, rules)
+    per_rule = Window.partitionBy("__dq_rule")
+    ranked = (tagged.withColumn("__dq_n", F.count(F.lit(1)).over(per_rule))
+              .withColumn("__dq_rn", F.row_number().over(per_rule.orderBy("__dq_row"))))
+    found = (ranked.where(F.col("__dq_rn") <= SAMPLE_ROWS).groupBy("__dq_rule")
+             .agg(F.max("__dq_n").alias("n"), F.collect_list("__dq_row").alias("rows")).collect())
+    out: dict[str, tuple[int, list[dict[str, Any]]] | Exception] = {spec.name: (0, []) for spec, _ in rules}
+    for r in found:
+        i = int(r["__dq_rule"])
+        out[rules[i][0].name] = (int(r["n"]), [_decode(text, schemas[i]) for text in sorted(r["rows"])])
+    return out
+
+
+def _sql_result(expectation: Any, found: tuple[int, list[dict[str, Any]]] | Exception) -> Any:
+    """A rule's verdict as the validation result GX's ``unexpected_rows_expectation`` gives (COMPLETE format)."""
+    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
+
+    if isinstance(found, Exception):
+        return ExpectationValidationResult(
+            success=False, expectation_config=expectation.configuration, result={},
+            exception_info={"raised_exception": True, "exception_message": f"{type(found).__name__}: {found}"[:2000],
+                            "exception_traceback": None})
+    count, rows = found
+    return ExpectationValidationResult(
+        success=count == 0, expectation_config=expectation.configuration,
+        result={"observed_value": count, "details": {"unexpected_rows": rows}},
+        exception_info={"raised_exception": False, "exception_message": None, "exception_traceback": None})
+
+
+def _dq_name(result: Any) -> str:
+    return str((result.expectation_config.meta or {}).get("dq_name"))
+
+
 def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval: tuple[datetime, datetime] | None,
                    run_id: str, dag_id: str, task_id: str, settings: Settings | None = None,
                    tables: dict[str, str] | None = None, build_docs: bool = False,
-                   now: datetime | None = None) -> DqOutcome:
+                   now: datetime | None = None, settle_seconds: int = SETTLE_SECONDS) -> DqOutcome:
     """:func:`validate` with the suite given (tests, ad-hoc suites); ``tables`` renames ``{table:...}`` references.
 
+    Bounded work, whatever the suite's size:
+
+    1. GX validates every expectation but the custom SQL rules in one run with result format ``BASIC`` and no
+       samples: the map expectations' unexpected counts are aggregate metrics GX bundles into one Spark job
+       (uniqueness adds one), schema expectations read the schema only;
+    2. the custom SQL rules run together in one Spark job (:func:`sql_rule_counts`);
+    3. only expectations that failed in 1 are validated again by GX, with ``SUMMARY`` results keyed by the
+       suite's ``row_keys``, for their sample rows.
+
+    The merged result is one GX validation result (Data Docs) and one :class:`ExpectationResult` per expectation.
     ``build_docs`` also renders the validation into the Data Docs site of ``settings``' state dir.
     """
     from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.validator.validation_statistics import calc_validation_statistics
 
     now = now or datetime.now(UTC)
     if settings is None and _needs_settings(suite):
         from spark_jobs.settings import load_settings
 
         settings = load_settings()
-    params = query_params(suite.table, interval, now, settings)
+    params = query_params(suite.table, interval, now, settings, settle_seconds)
     specs = [(spec, _filled(spec, params, tables)) for spec in suite.expectations]
-    ctx, bd, vd = _gx_objects(spark, suite, specs)
+    gx_specs = [(spec, kw) for spec, kw in specs if spec.type != CUSTOM_SQL]
+    sql_specs = [(spec, kw) for spec, kw in specs if spec.type == CUSTOM_SQL]
+    full_suite = _gx_suite(suite, specs)
+    _ctx, bd, vd = _gx_objects(spark, suite, gx_specs)
     present = set(df.columns)
     index_cols = [k for k in suite.row_keys if k in present]
-    result_format: dict[str, Any] = {"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS}
-    if index_cols:
-        result_format["unexpected_index_column_names"] = index_cols
-    validation = vd.run(batch_parameters={"dataframe": df}, result_format=result_format,
-                        run_id=RunIdentifier(run_name=run_id, run_time=now))
-    by_name = {spec.name: spec for spec, _ in specs}
-    results: list[ExpectationResult] = []
-    for r in validation.results:
-        name = str((r.expectation_config.meta or {}).get("dq_name"))
-        results.append(_to_result(suite.table, by_name[name], r))
-    order = {spec.name: i for i, (spec, _) in enumerate(specs)}
-    results.sort(key=lambda res: order[res.expectation])
+
+    run_identifier = RunIdentifier(run_name=run_id, run_time=now)
+    validation = vd.run(batch_parameters={"dataframe": df}, run_id=run_identifier,
+                        result_format={"result_format": "BOOLEAN_ONLY"})
+    by_name: dict[str, Any] = {_dq_name(r): r for r in validation.results}
+
+    # Samples only for what failed: GX again, on those expectations alone.
+    # (``mostly`` lets an expectation pass with unexpected rows: ask for its count too.)
+    resample = [(spec, kw) for spec, kw in gx_specs if not by_name[spec.name].success or "mostly" in kw]
+    if resample:
+        result_format: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_ROWS}
+        if index_cols:
+            result_format["unexpected_index_column_names"] = index_cols
+        batch = bd.get_batch(batch_parameters={"dataframe": df})
+        again = batch.validate(_gx_suite(suite, resample, name=f"{suite.table}:samples"), result_format=result_format)
+        by_name.update({_dq_name(r): r for r in again.results})
+
+    found = sql_rule_counts(spark, df, sql_specs)
+    for expectation in full_suite.expectations:
+        name = str(expectation.meta["dq_name"])
+        if name in found:
+            by_name[name] = _sql_result(expectation, found[name])
+
+    merged = [by_name[spec.name] for spec, _ in specs]
+    stats = calc_validation_statistics(merged)
+    validation.results = merged
+    validation.success = stats.success
+    validation.statistics = {"evaluated_expectations": stats.evaluated_expectations,
+                             "successful_expectations": stats.successful_expectations,
+                             "unsuccessful_expectations": stats.unsuccessful_expectations,
+                             "success_percent": stats.success_percent}
+    spec_of = {spec.name: spec for spec, _ in specs}
+    results = [_to_result(suite.table, spec_of[_dq_name(r)], r) for r in merged]
 
     blocked = any(not r.success and (r.severity == "block" or (r.severity == "quarantine" and r.error))
                   for r in results)
@@ -313,21 +474,21 @@ def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval
         missing = [k for k in suite.row_keys if k not in present]
         if missing:
             raise ValueError(f"{suite.table}: row_keys {missing} are not columns of the frame: cannot quarantine rows")
-        filled = {spec.name: kwargs for spec, kwargs in specs}
+        filled_by_name = {spec.name: kw for spec, kw in specs}
         bad: list[tuple[str, DataFrame]] = []
-        batch = None
+        gx_batch = None
         for r in to_quarantine:
-            spec = by_name[r.expectation]
+            spec = spec_of[r.expectation]
             if spec.type == CUSTOM_SQL:
                 view = f"__dq_{uuid.uuid4().hex}"
                 df.createOrReplaceTempView(view)
-                query = str(filled[spec.name]["unexpected_rows_query"]).format(batch=view)
+                query = str(filled_by_name[spec.name]["unexpected_rows_query"]).format(batch=view)
                 bad.append((spec.name, spark.sql(query)))
             else:
-                if batch is None:
-                    batch = bd.get_batch(batch_parameters={"dataframe": df})
-                expectation = expectation_classes()[spec.type](**filled[spec.name])
-                bad.append((spec.name, _map_unexpected(batch, expectation)))
+                if gx_batch is None:
+                    gx_batch = bd.get_batch(batch_parameters={"dataframe": df})
+                expectation = expectation_classes()[spec.type](**filled_by_name[spec.name])
+                bad.append((spec.name, _map_unexpected(gx_batch, expectation)))
         passed, quarantined = _split(spark, df, suite.row_keys, bad)
 
     outcome = DqOutcome(table=suite.table, interval=interval, run_id=run_id, dag_id=dag_id, task_id=task_id,
@@ -338,12 +499,12 @@ def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval
             from spark_jobs.settings import load_settings
 
             settings = load_settings()
-        outcome.docs_url = build_data_docs(settings, ctx, validation, f"{dag_id}.{task_id}")
+        outcome.docs_url = build_data_docs(settings, full_suite, validation, f"{dag_id}.{task_id}")
     return outcome
 
 
 def validate(spark: SparkSession, df: DataFrame, table: str, *, interval: tuple[datetime, datetime] | None,
-             run_id: str, dag_id: str, task_id: str) -> DqOutcome:
+             run_id: str, dag_id: str, task_id: str, settle_seconds: int = SETTLE_SECONDS) -> DqOutcome:
     """Validate ``df`` (rows of ``table``, or of its ``interval``) against ``expectations/<table>.yml``.
 
     Builds the validation's Data Docs page under the state dir. Writes no table:
@@ -353,7 +514,7 @@ def validate(spark: SparkSession, df: DataFrame, table: str, *, interval: tuple[
     from spark_jobs.settings import load_settings
 
     return validate_suite(spark, df, load_suite(table), interval=interval, run_id=run_id, dag_id=dag_id,
-                          task_id=task_id, settings=load_settings(), build_docs=True)
+                          task_id=task_id, settings=load_settings(), build_docs=True, settle_seconds=settle_seconds)
 
 
 # --------------------------------------------------------------------------- Data Docs
@@ -382,8 +543,8 @@ def _project_lock(settings: Settings) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_data_docs(settings: Settings, run_ctx: Any, validation: Any, batch_name: str) -> str | None:
-    """Store ``validation`` (and its suite) in the file project and render its page; -> the page's served URL."""
+def build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_name: str) -> str | None:
+    """Store ``validation`` (and ``gx_suite``, its suite) in the file project and render its page; -> its served URL."""
     import great_expectations as gx
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,
@@ -392,8 +553,7 @@ def build_data_docs(settings: Settings, run_ctx: Any, validation: Any, batch_nam
 
     with _project_lock(settings):
         ctx = gx.get_context(mode="file", project_root_dir=str(gx_project_dir(settings)))
-        suite = run_ctx.suites.get(validation.suite_name)
-        suite_dict = suite.to_json_dict()
+        suite_dict = gx_suite.to_json_dict()
         suite_dict.pop("id", None)
         for e in suite_dict.get("expectations", []):
             e.pop("id", None)

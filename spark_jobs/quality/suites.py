@@ -20,7 +20,10 @@ String kwargs may hold placeholders filled at validation time (GX itself fills
 ``{table:<db>.<table>}`` another lake table, ``{interval_start}`` /
 ``{interval_end}`` / ``{now}`` timestamp expressions (UTC instants),
 ``{interval_start_date}`` / ``{interval_end_date}`` UTC date literals, and
-``{freshness_slo_seconds}`` (the table layer's ``LAKE_DQ_FRESHNESS_*``).
+``{freshness_slo_seconds}`` (the table's freshness SLO: ``LAKE_DQ_FRESHNESS_TABLES``, else its layer's
+``LAKE_DQ_FRESHNESS_*_SECONDS``) and ``{settle_seconds}`` (how old a change must be before a cross-table rule
+judges it, since topics apply independently: 600 by default, a ``lake_dq_streaming`` run's ``settle_seconds``
+param, 0 once the stream is known to be caught up).
 Literal braces (regex quantifiers) are doubled, as GX requires: ``{{2,}}``.
 """
 
@@ -45,7 +48,7 @@ CUSTOM_SQL = "unexpected_rows_expectation"
 
 #: Placeholders this module fills before GX sees a query (``batch`` is GX's own).
 PLACEHOLDERS = ("interval_start", "interval_end", "interval_start_date", "interval_end_date", "now",
-                "freshness_slo_seconds")
+                "freshness_slo_seconds", "settle_seconds")
 _TABLE_REF = re.compile(r"\{table:([a-z][a-z0-9_]*\.[a-z][a-z0-9_]*)\}")
 _PLACEHOLDER = re.compile(r"(?<!\{)\{(" + "|".join(PLACEHOLDERS) + r")\}(?!\})")
 _FIELD = re.compile(r"(?<!\{)\{([^{}]*)\}(?!\})")

@@ -173,3 +173,70 @@ def test_data_docs_site_is_built(spark, tmp_path, monkeypatch):
     assert page.relative_to(site).parts[:3] == ("validations", "gold", "fct_orders")
     assert "pending" in page.read_text()  # the rendered value set of status_known
     assert (site / "expectations" / "gold" / "fct_orders.html").is_file()
+
+
+def test_sql_rules_run_together_each_with_its_count_and_sorted_sample(spark):
+    big = {"name": "big_total", "type": "unexpected_rows_expectation", "severity": "warn",
+           "kwargs": {"unexpected_rows_query": "SELECT order_id, total FROM {batch} WHERE total > 0.5"}}
+    unpaid = {"name": "pending", "type": "unexpected_rows_expectation", "severity": "warn",
+              "kwargs": {"unexpected_rows_query": "SELECT order_id, status FROM {batch} WHERE status = 'pending'"}}
+    none = {"name": "none", "type": "unexpected_rows_expectation", "severity": "block",
+            "kwargs": {"unexpected_rows_query": "SELECT order_id FROM {batch} WHERE total < 0"}}
+    df = orders(spark, [*CLEAN, (3, 12, "paid", Decimal("7.50")), (4, 13, "pending", Decimal("0.00"))])
+    out = run(spark, df, suite(big, unpaid, none))
+    got = [(r.expectation, r.success, r.unexpected_count, r.sample_rows, r.error) for r in out.results]
+    assert got == [
+        ("big_total", False, 2, [{"order_id": 1, "total": "5.00"}, {"order_id": 3, "total": "7.50"}], None),
+        ("pending", False, 2, [{"order_id": 2, "status": "pending"}, {"order_id": 4, "status": "pending"}], None),
+        ("none", True, 0, [], None)]
+    assert not out.blocked
+
+
+def test_a_broken_sql_rule_fails_alone_and_the_others_still_count(spark):
+    broken = {"name": "broken", "type": "unexpected_rows_expectation", "severity": "warn",
+              "kwargs": {"unexpected_rows_query": "SELECT order_id FROM {batch} WHERE no_such_column > 0"}}
+    good = {"name": "big_total", "type": "unexpected_rows_expectation", "severity": "quarantine",
+            "kwargs": {"unexpected_rows_query": "SELECT order_id, total FROM {batch} WHERE total > 4"}}
+    out = run(spark, orders(spark, CLEAN), suite(broken, good))
+    by_name = {r.expectation: r for r in out.results}
+    assert not by_name["broken"].success and "no_such_column" in (by_name["broken"].error or "")
+    assert (by_name["big_total"].success, by_name["big_total"].unexpected_count) == (False, 1)
+    assert not out.blocked  # a broken warn rule is recorded; only a broken quarantine or block rule blocks
+    assert ids(out.passed) == [2]
+
+
+def test_samples_are_fetched_only_for_failing_map_expectations(spark):
+    not_null = {"name": "customer_id_not_null", "type": "expect_column_values_to_not_be_null",
+                "kwargs": {"column": "customer_id"}, "severity": "warn"}
+    df = orders(spark, [*CLEAN, (3, None, "paid", Decimal("1.00"))])
+    out = run(spark, df, suite(not_null, with_severity(STATUS, "warn")))
+    failed, passed = out.results
+    assert (failed.success, failed.unexpected_count, failed.sample_rows) == (
+        False, 1, [{"order_id": 3, "customer_id": None}])
+    assert failed.observed_value == "1 unexpected of 3 rows (33.33%)"
+    assert (passed.success, passed.unexpected_count, passed.observed_value, passed.sample_rows) == (
+        True, 0, "0 unexpected", [])
+
+
+def test_freshness_slo_per_table_from_settings_overrides_the_layer(tmp_path):
+    import pytest
+
+    from spark_jobs.settings import SettingsError, load_settings
+
+    env = {"LAKE_STATE_DIR": str(tmp_path), "LAKE_DQ_FRESHNESS_TABLES": "silver.products=86400, hot.funnel_15m=60"}
+    settings = load_settings(env)
+    slo = {t: runner.query_params(t, None, NOW, settings)["freshness_slo_seconds"]
+           for t in ("silver.products", "silver.orders", "hot.funnel_15m", "hot.sales_per_minute")}
+    assert slo == {"silver.products": "86400", "silver.orders": "900", "hot.funnel_15m": "60",
+                   "hot.sales_per_minute": "300"}
+    with pytest.raises(SettingsError, match=r"LAKE_DQ_FRESHNESS_TABLES: 'silver\.orders=soon' is not"):
+        load_settings({**env, "LAKE_DQ_FRESHNESS_TABLES": "silver.orders=soon"})
+
+
+def test_settle_seconds_fills_the_placeholder_and_must_not_be_negative():
+    import pytest
+
+    assert runner.query_params("silver.orders", None, NOW, None)["settle_seconds"] == str(runner.SETTLE_SECONDS)
+    assert runner.query_params("silver.orders", None, NOW, None, settle_seconds=0)["settle_seconds"] == "0"
+    with pytest.raises(ValueError, match="settle_seconds=-1 must be >= 0"):
+        runner.query_params("silver.orders", None, NOW, None, settle_seconds=-1)
