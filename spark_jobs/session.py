@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.jars import spark_extra_jars
 from spark_jobs.settings import Settings
@@ -164,6 +164,43 @@ def connect_session(settings: Settings) -> SparkSession:
     Used by Airflow tasks and ``lake gold``: plans go to one warm driver that already holds the lake's
     configuration, so a task costs seconds instead of a JVM start.
     """
-    from pyspark.sql import SparkSession
+    from typing import cast
 
-    return SparkSession.builder.remote(settings.spark_connect_url).getOrCreate()
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return cast(SparkSession, ConnectSession.builder.channelBuilder(
+        _loopback_channel_builder(settings.spark_connect_url)).getOrCreate())
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_channel_builder(url: str) -> Any:
+    """pyspark's channel builder, except that a token goes over gRPC local credentials to any loopback address.
+
+    pyspark sends a bearer token without TLS only to the literal host ``localhost``; the stack's server listens
+    on ``LAKE_HOST``, which may be another loopback address (127.0.0.2, ...). gRPC's local credentials check the
+    peer is on this machine, so the token never leaves it. Any other host still needs TLS (pyspark's rule).
+    """
+    import grpc  # type: ignore[import-untyped]
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+    class LoopbackChannelBuilder(DefaultChannelBuilder):
+        def toChannel(self) -> Any:
+            if self.secure and not self.use_ssl and is_loopback(self.host):
+                creds = grpc.local_channel_credentials()
+                if self.token is not None:
+                    creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(self.token))
+                return self._secure_channel(self.endpoint, creds)
+            return super().toChannel()
+
+    return LoopbackChannelBuilder(url)
