@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.quality.runner import SETTLE_SECONDS, DqBlocked, DqOutcome, validate
 from spark_jobs.quality.store import RESULTS_TABLE, write_quarantine, write_results
 from spark_jobs.quality.suites import Suite, load_suite
+from spark_jobs.quality.trend import refresh_trend_page
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,6 +67,9 @@ def check_table(spark: SparkSession, settings: Settings, table: str, *, run_id: 
                        settle_seconds=settle_seconds)
     write_results(spark, settings, outcome)
     write_quarantine(spark, settings, outcome)
+    # The trend page follows ops.dq_results here (every lake_dq_streaming task, lake dq run), not in the gold
+    # gate: its query over the whole history costs seconds the publishing step should not wait for.
+    refresh_trend_page(spark, settings)
     return outcome
 
 

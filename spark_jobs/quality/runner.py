@@ -565,6 +565,9 @@ def build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_na
         pages: Any = [key, ExpectationSuiteIdentifier(name=validation.suite_name)]  # GX types it as one kind
         ctx.build_data_docs(resource_identifiers=pages)
         urls = ctx.get_docs_sites_urls(resource_identifier=key)
+        from spark_jobs.quality.trend import link_trend
+
+        link_trend(data_docs_dir(settings))
     return served_url(settings, str(urls[0]["site_url"])) if urls else None
 
 
