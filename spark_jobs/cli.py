@@ -160,10 +160,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                     svc.pop("detail", None)
                 print(json.dumps(report, indent=2))
             else:
-                for name, svc in report["services"].items():
-                    mark = "healthy" if svc["healthy"] else "DOWN"
-                    print(f"{name:<10} {mark:<8} pid={svc['pid'] or '-':<8} {svc['endpoint']:<45} {svc['detail']}")
-            return 0 if all(s["healthy"] for s in report["services"].values()) else 1
+                print("\n".join(manager.format_status(report)))
+            # Non-zero when a service is down or a program (the stream too) is FATAL/BACKOFF; warnings alone: 0.
+            return 0 if report["ok"] else 1
         if args.action == "logs":
             print(manager.logs(args.service, args.lines))
             return 0
@@ -181,8 +180,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             for row in rows_:
                 print(f"{row['name']:<20} {row['state']:<10} tasks={','.join(row['tasks']) or '-'} "
-                      f"slot_lag_bytes={row['slot_lag_bytes']}")
-        return 0 if all(r["state"] == "RUNNING" for r in rows_) else 1
+                      f"slot_lag_bytes={row['slot_lag_bytes']} wal_status={row['wal_status'] or '-'} "
+                      f"safe_wal_size={connectors.format_bytes(row['safe_wal_size'])}")
+                for warning in row["warnings"]:
+                    print(f"WARNING: {warning}")
+        return 0 if all(r["state"] == "RUNNING" and not r["slot_lost"] for r in rows_) else 1
     if args.command == "loadgen":
         if args.kind == "events":
             from spark_jobs.loadgen import events as loadgen_events

@@ -125,21 +125,92 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
             if time.monotonic() > deadline:
                 raise ConnectorError(f"connector {name} not RUNNING after {timeout:.0f}s: {json.dumps(status)[:1000]}")
             time.sleep(1)
+    # CDC topics created before topic.creation.default.retention.* was set (or under other settings) keep
+    # what they were created with: align them.
+    from spark_jobs.kafka_topics import TopicError, ensure_retention
+
+    try:
+        for line in ensure_retention(settings, create_events=False):
+            print(f"  kafka: {line}", flush=True)
+    except TopicError as exc:
+        raise ConnectorError(str(exc)) from exc
     return names
 
 
 def status_report(settings: Settings) -> list[dict[str, Any]]:
-    """State of every registered connector and, for Debezium PG, its slot's lag."""
+    """State of every registered connector and, for Debezium PG, its slot: lag, ``wal_status``,
+    ``safe_wal_size`` and warnings (``slot_lost``: the slot's WAL is gone, changes were missed)."""
     report = []
     for name in _request(settings, "GET", "/connectors") or []:
         st = connector_status(settings, name)
+        slot = slot_health(settings)
         report.append({"name": name, "state": st["connector"]["state"],
                        "tasks": [t["state"] for t in st.get("tasks", [])],
-                       "slot_lag_bytes": _slot_lag(settings)})
+                       "slot_lag_bytes": _slot_lag(settings),
+                       "wal_status": slot.get("wal_status"), "safe_wal_size": slot.get("safe_wal_size"),
+                       "slot_lost": slot.get("wal_status") == "lost",
+                       "warnings": slot_warnings(settings, name, slot)})
     return report
 
 
 SLOT = "lakestream_shop"
+
+
+def format_bytes(n: int | None) -> str:
+    """``safe_wal_size`` for people: None is PostgreSQL's "no limit" (``max_slot_wal_keep_size = -1``)."""
+    if n is None:
+        return "unlimited"
+    return f"{n / 1024 / 1024:.0f}MB"
+
+
+def slot_health(settings: Settings) -> dict[str, Any]:
+    """The replication slot's ``wal_status`` and ``safe_wal_size`` (bytes) from ``pg_replication_slots``.
+
+    ``{}`` if PostgreSQL cannot be asked; ``{"wal_status": None}`` if the slot does not exist (yet).
+    """
+    import psycopg2
+
+    try:
+        with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, \
+                conn.cursor() as cur:
+            cur.execute("SELECT wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
+            row = cur.fetchone()
+        conn.close()
+    except psycopg2.Error as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc).strip()}"}
+    if row is None:
+        return {"wal_status": None, "safe_wal_size": None, "exists": False}
+    return {"wal_status": row[0], "safe_wal_size": None if row[1] is None else int(row[1]), "exists": True}
+
+
+def slot_warnings(settings: Settings, connector: str, slot: dict[str, Any]) -> list[str]:
+    """What a person must do about the slot, worst first; empty when it is fine."""
+    if "error" in slot:
+        return [f"could not read replication slot {SLOT} from PostgreSQL at {settings.pg_host}:{settings.pg_port} "
+                f"({slot['error']}); is postgres up? (lake stack status)"]
+    if not slot.get("exists"):
+        return [f"replication slot {SLOT} does not exist in {settings.pg_shop_db}: the connector creates it when it "
+                "starts (lake connectors apply)"]
+    status, safe = slot.get("wal_status"), slot.get("safe_wal_size")
+    reset = (f"curl -X PUT {settings.connect_url}/connectors/{connector}/stop; curl -X DELETE "
+             f"{settings.connect_url}/connectors/{connector}/offsets; SELECT pg_drop_replication_slot('{SLOT}'); "
+             f"curl -X PUT {settings.connect_url}/connectors/{connector}/resume")
+    if status == "lost":
+        return [f"replication slot {SLOT} is LOST: PostgreSQL removed WAL it had not sent (max_slot_wal_keep_size), so "
+                "changes in the gap never reach silver. Re-snapshot: " + reset + " (snapshot.mode=initial reads every "
+                "table again; rows deleted in the gap stay in silver until removed: `lake verify cdc` lists them)"]
+    if status == "unreserved":
+        return [f"replication slot {SLOT} is unreserved: it is more than max_slot_wal_keep_size behind and its WAL "
+                "is removed at the next checkpoint unless the connector catches up now. Check the connector "
+                f"(`lake connectors status`, `lake stack logs connect`) and restart it: curl -X POST "
+                f"'{settings.connect_url}/connectors/{connector}/restart?includeTasks=true&onlyFailed=true'"]
+    minimum = settings.slot_min_safe_wal_mb * 1024 * 1024
+    if safe is not None and minimum and safe < minimum:
+        return [f"replication slot {SLOT} can fall only {format_bytes(safe)} further behind before PostgreSQL "
+                f"drops its WAL (warns below LAKE_SLOT_MIN_SAFE_WAL_MB={settings.slot_min_safe_wal_mb}): make sure "
+                f"connector {connector} is RUNNING and confirming (`lake connectors status`), or raise "
+                "max_slot_wal_keep_size"]
+    return []
 
 
 def slot_positions(settings: Settings) -> tuple[int, int] | None:

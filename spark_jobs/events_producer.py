@@ -228,8 +228,9 @@ class EventProducer:
 
 
 def ensure_topic(bootstrap: str, topic: str = TOPIC, partitions: int = 3, replication: int = 1,
-                 timeout: float = 15.0) -> bool:
-    """Create ``topic`` if it does not exist; True if it was created. An existing topic is left as it is."""
+                 timeout: float = 15.0, config: dict[str, str] | None = None) -> bool:
+    """Create ``topic`` (with topic ``config``, e.g. its retention) if it does not exist; True if it was created.
+    An existing topic is left as it is."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
@@ -242,8 +243,8 @@ def ensure_topic(bootstrap: str, topic: str = TOPIC, partitions: int = 3, replic
                             "start it with `lake stack up` or fix LAKE_KAFKA_BOOTSTRAP") from exc
     if topic in existing:
         return False
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication)],
-                                  operation_timeout=timeout)
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication,
+                                            config=config or {})], operation_timeout=timeout)
     created = True
     try:
         futures[topic].result(timeout)

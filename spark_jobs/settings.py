@@ -85,9 +85,15 @@ class Settings:
     kafka_controller_port: int
     kafka_bootstrap: str
     kafka_heap: str
+    kafka_events_retention_ms: int
+    kafka_events_retention_bytes: int
+    kafka_cdc_retention_ms: int
+    kafka_cdc_retention_bytes: int
     connect_port: int
     connect_url: str
     connect_heap: str
+    slot_min_safe_wal_mb: int
+    stack_min_free_disk_mb: int
 
     # Object store
     minio_port: int
@@ -251,9 +257,17 @@ _DEFAULTS: dict[str, str] = {
     "kafka_controller_port": "19093",
     "kafka_bootstrap": "{host}:{kafka_port}",
     "kafka_heap": "512m",
+    # Kafka keeps a topic's records this long / this many bytes per partition (-1: no limit); bronze is the
+    # archive, so this only has to outlast a stopped streaming app (README, Retention).
+    "kafka_events_retention_ms": "604800000",
+    "kafka_events_retention_bytes": "1073741824",
+    "kafka_cdc_retention_ms": "604800000",
+    "kafka_cdc_retention_bytes": "1073741824",
     "connect_port": "18083",
     "connect_url": "http://{host}:{connect_port}",
     "connect_heap": "768m",
+    "slot_min_safe_wal_mb": "512",
+    "stack_min_free_disk_mb": "5120",
     "minio_port": "19000",
     "minio_console_port": "19001",
     "minio_root_user": "",
@@ -414,5 +428,12 @@ def _validate(s: Settings) -> None:
     if s.dq_freshness_silver_seconds < 1 or s.dq_freshness_hot_seconds < 1:
         raise SettingsError(f"LAKE_DQ_FRESHNESS_SILVER_SECONDS={s.dq_freshness_silver_seconds} and "
                             f"LAKE_DQ_FRESHNESS_HOT_SECONDS={s.dq_freshness_hot_seconds} must both be >= 1 (seconds)")
+    for name in ("kafka_events_retention_ms", "kafka_events_retention_bytes", "kafka_cdc_retention_ms",
+                 "kafka_cdc_retention_bytes"):
+        if getattr(s, name) < -1 or getattr(s, name) == 0:
+            raise SettingsError(f"{env_name(name)}={getattr(s, name)} must be -1 (no limit) or > 0")
+    if s.slot_min_safe_wal_mb < 0 or s.stack_min_free_disk_mb < 0:
+        raise SettingsError(f"LAKE_SLOT_MIN_SAFE_WAL_MB={s.slot_min_safe_wal_mb} and LAKE_STACK_MIN_FREE_DISK_MB="
+                            f"{s.stack_min_free_disk_mb} must be >= 0 (MB; 0 turns the warning off)")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")

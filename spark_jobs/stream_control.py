@@ -104,7 +104,7 @@ def report(settings: Settings) -> dict[str, Any]:
             "totals": ev.get("totals", {}),
         }
     return {
-        "running": bool(info and info.get("statename") == "RUNNING"),
+        "running": bool(info and info.get("statename") in ("RUNNING", "STARTING")),
         "pid": (info or {}).get("pid") or None,
         "last_batch": progress.get("batch_id"),
         "committed_at": progress.get("committed_at"),

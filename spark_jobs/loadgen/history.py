@@ -134,6 +134,7 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
     import psycopg2
 
     from spark_jobs.events_producer import EventProducer, ensure_topic
+    from spark_jobs.kafka_topics import events_topic_config
 
     where = _where(settings)
     own_conn = conn is None
@@ -143,7 +144,7 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
             check_range_free(cur, plan.seed, where)
         conn.commit()
         if producer is None:
-            ensure_topic(settings.kafka_bootstrap, TOPIC)
+            ensure_topic(settings.kafka_bootstrap, TOPIC, config=events_topic_config(settings))
             producer = EventProducer(settings, TOPIC, client_id="lake-loadgen-history")
         written: dict[str, Counter[str]] = {t: Counter() for t in TABLES}
         sent: Counter[str] = Counter()

@@ -108,6 +108,40 @@ def connect(settings: Settings) -> Probe:
         return False, f"{type(exc).__name__}: {exc}"
 
 
+def connector_failures(statuses: dict[str, Any]) -> list[str]:
+    """Every FAILED connector or task in ``GET /connectors?expand=status``, with its trace's first line."""
+    out = []
+    for name, entry in sorted(statuses.items()):
+        st = entry.get("status") or {}
+        parts = [("connector", st.get("connector") or {})]
+        parts += [(f"task {t.get('id')}", t) for t in st.get("tasks") or []]
+        for what, part in parts:
+            if part.get("state") == "FAILED":
+                trace = (part.get("trace") or "no trace").strip().splitlines()
+                out.append(f"{name} {what} FAILED: {trace[0].rstrip('.') if trace else 'no trace'}")
+    return out
+
+
+def connect_with_tasks(settings: Settings) -> Probe:
+    """:func:`connect`, then the state of every registered connector and task: a FAILED one is unhealthy."""
+    ok, detail = connect(settings)
+    if not ok:
+        return ok, detail
+    try:
+        statuses = http_json(f"{settings.connect_url}/connectors?expand=status")
+    except Exception as exc:  # noqa: BLE001
+        return False, f"GET /connectors?expand=status failed: {type(exc).__name__}: {exc}"
+    failed = connector_failures(statuses)
+    if failed:
+        names = sorted({f.split(" ", 1)[0] for f in failed})
+        restart = " and ".join(f"curl -X POST '{settings.connect_url}/connectors/{n}/restart?includeTasks=true"
+                               "&onlyFailed=true'" for n in names)
+        return False, ("; ".join(failed) + f". Full trace: GET {settings.connect_url}/connectors/{names[0]}/status; "
+                       f"fix the cause, then restart: {restart}")
+    states = [f"{n}: {(e.get('status') or {}).get('connector', {}).get('state', '?')}" for n, e in sorted(statuses.items())]
+    return True, f"{detail}; connectors {', '.join(states) or 'none registered'}"
+
+
 def s3_client(settings: Settings, access_key: str | None = None, secret_key: str | None = None) -> Any:
     import boto3
     from botocore.config import Config

@@ -19,6 +19,7 @@ from spark_jobs.stack.services import (
     check_artifacts,
     render_configs,
     services,
+    stream_program,
 )
 from spark_jobs.stack.supervisor import StackError, log_path
 
@@ -71,8 +72,9 @@ def _port_in_use(host: str, port: int) -> bool:
 
 
 def _running(settings: Settings, service: Service) -> bool:
+    """Every program of ``service`` is up: RUNNING, or STARTING (spawned, within its ``start_secs``)."""
     infos = [supervisor.program_info(settings, p.name) for p in service.programs]
-    return all(i is not None and i.get("statename") == "RUNNING" for i in infos)
+    return all(i is not None and i.get("statename") in {"RUNNING", "STARTING"} for i in infos)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -135,7 +137,15 @@ def _prepare(settings: Settings, service: Service) -> None:
 
 
 def _after_start(settings: Settings, service: Service) -> None:
-    if service.name == "postgres":
+    if service.name == "kafka":  # before Connect, the stream or a producer could auto-create a topic
+        from spark_jobs.kafka_topics import TopicError, ensure_retention
+
+        try:
+            for line in ensure_retention(settings):
+                print(f"  kafka     {line}", flush=True)
+        except TopicError as exc:
+            raise StackError(str(exc)) from exc
+    elif service.name == "postgres":
         bootstrap.configure_postgres(settings)
         bootstrap.migrate_shop(settings)
     elif service.name == "airflow":  # also on a running Airflow: pools added by an upgrade appear
@@ -239,31 +249,136 @@ def _leftover_processes(settings: Settings) -> list[psutil.Process]:
     return found
 
 
+#: supervisord states of a program that has failed: a crash loop given up (FATAL), retrying after quick exits
+#: (BACKOFF), or a status supervisord cannot tell (UNKNOWN).
+FAILED_STATES = ("FATAL", "BACKOFF", "UNKNOWN")
+
+
+def _program_status(settings: Settings, name: str, info: dict[str, Any] | None,
+                    history: dict[str, supervisor.ProgramHistory]) -> dict[str, Any]:
+    """One program as ``lake stack status`` shows it: state, pid, uptime, restarts since ``up``, last exit."""
+    h = history.get(name, supervisor.ProgramHistory())
+    state = str((info or {}).get("statename") or "NOT SUPERVISED")
+    up = state in {"RUNNING", "STARTING"} and info is not None
+    last_exit = h.last_exit
+    if last_exit is None and info and info.get("stop"):
+        last_exit = f"exit status {info.get('exitstatus')}"
+    return {
+        "state": state,
+        "pid": ((info or {}).get("pid") or None) if up else None,
+        "uptime_s": max(0, int(info["now"]) - int(info["start"])) if up and info else None,
+        "restarts": h.restarts,
+        "last_exit": last_exit,
+        "log": str(log_path(settings, name)),
+    }
+
+
+def _failure(name: str, prog: dict[str, Any], then: str) -> str:
+    if prog["state"] == "FATAL":
+        how = f"last exit: {prog['last_exit']}" if prog["last_exit"] else "it could not be spawned"
+        return (f"{name} is FATAL: it kept exiting within its start time and supervisord gave up ({how}); "
+                f"see {prog['log']}, fix the cause, then {then}")
+    if prog["state"] == "BACKOFF":
+        return (f"{name} is BACKOFF: it exited within its start time ({prog['last_exit']}) and supervisord is "
+                f"retrying it; see {prog['log']}")
+    return f"{name} is {prog['state']}; see {prog['log']}, then {then}"
+
+
+def _disk(settings: Settings) -> dict[str, Any]:
+    """Free space where the state dir lives (Kafka segments, PostgreSQL WAL, MinIO objects, logs)."""
+    import shutil
+
+    path = settings.state_dir if settings.state_dir.exists() else settings.state_dir.parent
+    free = shutil.disk_usage(path).free
+    minimum = settings.stack_min_free_disk_mb * 1024 * 1024
+    return {"path": str(path), "free_mb": free // (1024 * 1024), "min_free_mb": settings.stack_min_free_disk_mb,
+            "ok": free >= minimum}
+
+
 def status(settings: Settings | None = None) -> dict[str, Any]:
+    """Every service (healthy or not, with each program's uptime, restarts and last exit), the streaming app,
+    free disk in the state dir, and ``ok``: False when a service is down or a program FATAL/BACKOFF."""
     settings = settings or load_settings()
     daemon = supervisor.daemon_pid(settings) is not None
+    history = supervisor.program_history(settings) if daemon else {}
     out: dict[str, Any] = {}
     for service in services(settings):
-        info = supervisor.program_info(settings, service.main) if daemon else None
-        pid = (info or {}).get("pid") or None
-        running = daemon and _running(settings, service)
+        programs = {p.name: _program_status(settings, p.name,
+                                            supervisor.program_info(settings, p.name) if daemon else None, history)
+                    for p in service.programs}
+        running = daemon and all(p["state"] in {"RUNNING", "STARTING"} for p in programs.values())
         healthy = False
-        detail = "not running"
-        if running:
-            healthy, detail = service.probe(settings)
+        detail = "not running (lake stack up)" if daemon else "supervisord is not running (lake stack up)"
+        failed = [_failure(n, p, "`lake stack up`") for n, p in programs.items() if p["state"] in FAILED_STATES]
+        if failed:
+            detail = "; ".join(failed)
+        elif running:
+            healthy, detail = (service.status_probe or service.probe)(settings)
         out[service.name] = {
             "healthy": healthy,
-            "pid": pid if running else None,
+            "pid": programs[service.main]["pid"] if running else None,
             "endpoint": service.endpoint,
             "log": str(log_path(settings, service.main)),
             "detail": detail,
+            "programs": programs,
         }
-    return {"services": out}
+    stream_name = stream_program(settings).name
+    stream = _program_status(settings, stream_name,
+                             supervisor.program_info(settings, stream_name) if daemon else None, history)
+    # Stopped (never started, or `lake stream stop`) is a choice, not a failure.
+    stream["healthy"] = stream["state"] not in FAILED_STATES
+    stream["detail"] = (_failure(stream_name, stream, "`lake stream start`") if not stream["healthy"]
+                        else "`lake stream status` shows its lag" if stream["state"] in {"RUNNING", "STARTING"}
+                        else "not running (lake stream start)")
+    disk = _disk(settings)
+    warnings = []
+    if not disk["ok"]:
+        warnings.append(f"low disk: {disk['free_mb']} MB free under {disk['path']} (below LAKE_STACK_MIN_FREE_DISK_MB="
+                        f"{disk['min_free_mb']}); Kafka, PostgreSQL's WAL and MinIO stop when it fills: free space, "
+                        "lower LAKE_KAFKA_*_RETENTION_BYTES, or move LAKE_STATE_DIR to a bigger disk")
+    ok = all(s["healthy"] for s in out.values()) and stream["healthy"]
+    return {"ok": ok, "services": out, "stream": stream, "disk": disk, "warnings": warnings}
+
+
+def _uptime(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, sec = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return (f"{days}d" if days else "") + f"{hours}:{minutes:02d}:{sec:02d}"
+
+
+def _program_line(name: str, prog: dict[str, Any]) -> str:
+    return (f"{name:<22} {prog['state']:<8} {prog['pid'] or '-':<8} {_uptime(prog['uptime_s']):<11} "
+            f"{prog['restarts']:<9} {prog['last_exit'] or '-'}")
+
+
+def format_status(report: dict[str, Any]) -> list[str]:
+    """``lake stack status`` for people: a line per service, then one per supervised program, then warnings."""
+    lines = []
+    for name, svc in report["services"].items():
+        mark = "healthy" if svc["healthy"] else "DOWN"
+        lines.append(f"{name:<14} {mark:<8} {svc['endpoint']:<45} {svc['detail']}")
+    stream = report["stream"]
+    lines.append(f"{'stream':<14} {'ok' if stream['healthy'] else 'FAILED':<8} {'':<45} {stream['detail']}")
+    lines.append("")
+    lines.append(f"  {'program':<22} {'state':<8} {'pid':<8} {'uptime':<11} {'restarts':<9} last exit "
+                 "(restarts and exits since supervisord started: lake stack up)")
+    for svc in report["services"].values():
+        lines += ["  " + _program_line(n, p) for n, p in svc["programs"].items()]
+    lines.append("  " + _program_line("stream", stream))
+    disk = report["disk"]
+    lines.append("")
+    lines.append(f"disk: {disk['free_mb']} MB free under {disk['path']} (warns below {disk['min_free_mb']} MB)")
+    lines += [f"WARNING: {w}" for w in report["warnings"]]
+    return lines
 
 
 def logs(service: str, lines: int) -> str:
     settings = load_settings()
     known = {p.name: p for s in services(settings) for p in s.programs}
+    known[stream_program(settings).name] = stream_program(settings)
     aliases = {s.name: s.main for s in services(settings)}
     program = aliases.get(service, service)
     if program not in known:

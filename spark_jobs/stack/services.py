@@ -42,6 +42,13 @@ class Program:
     #: Send the stop signal to the whole process group (True) or to the program's own process only (False).
     #: Either way, whatever is left after ``stop_wait`` seconds is killed as a group.
     stop_as_group: bool = True
+    #: supervisord ``startsecs``: how long the program must stay up after a spawn to count as started. A
+    #: program that exits sooner goes to BACKOFF and is retried (1 s, 2 s, ... apart) ``start_retries`` times,
+    #: then FATAL: a crash loop stops. A program that dies after it counted as started is restarted at once
+    #: (a kill of a healthy worker) and gets its retries afresh. So set it above the program's usual time to
+    #: crash when misconfigured (a JVM's startup, a first connection).
+    start_secs: int = 5
+    start_retries: int = 3
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,9 @@ class Service:
     probe: Callable[[Settings], health.Probe]
     start_timeout: float
     hint: str
+    #: What ``lake stack status`` runs instead of ``probe`` (a deeper check that ``lake stack up`` must not
+    #: wait on, e.g. Connect's connectors and tasks).
+    status_probe: Callable[[Settings], health.Probe] | None = None
 
     @property
     def main(self) -> str:
@@ -287,6 +297,7 @@ def services(settings: Settings) -> list[Service]:
             env={"PATH": env["PATH"]},
             user=pg_user,
             stop_signal="INT",  # fast shutdown; TERM waits for every client
+            start_secs=10,
         ),),
         ports=(settings.pg_port,),
         endpoint=f"postgresql://{settings.pg_host}:{settings.pg_port}",
@@ -304,6 +315,7 @@ def services(settings: Settings) -> list[Service]:
             env={**env, "MINIO_ROOT_USER": settings.minio_root_user,
                  "MINIO_ROOT_PASSWORD": settings.minio_root_password,
                  "MINIO_BROWSER_REDIRECT": "off", "MINIO_UPDATE": "off"},
+            start_secs=10,
         ),),
         ports=(settings.minio_port, settings.minio_console_port),
         endpoint=settings.s3_endpoint,
@@ -320,6 +332,7 @@ def services(settings: Settings) -> list[Service]:
                      "-Djava.awt.headless=true", log4j, "-cp", kafka_cp, "kafka.Kafka",
                      str(conf / "kafka" / "server.properties")],
             env=env,
+            start_secs=30,  # a broker that cannot bind or read its log dirs dies within ~10 s on 2 cores
         ),),
         ports=(settings.kafka_port, settings.kafka_controller_port),
         endpoint=settings.kafka_bootstrap,
@@ -338,10 +351,12 @@ def services(settings: Settings) -> list[Service]:
                      "-cp", kafka_cp, "org.apache.kafka.connect.cli.ConnectDistributed",
                      str(conf / "connect" / "worker.properties")],
             env=env,
+            start_secs=30,  # a worker without its Kafka or config topics dies within ~20 s
         ),),
         ports=(settings.connect_port,),
         endpoint=settings.connect_url,
         probe=health.connect,
+        status_probe=health.connect_with_tasks,
         start_timeout=120,
         hint="Connect needs Kafka up and the Debezium plugin unpacked by `make setup`",
     )
@@ -356,6 +371,7 @@ def services(settings: Settings) -> list[Service]:
                      f"-Dlog4j2.configurationFile={conf / 'log4j2' / 'metastore.properties'}",
                      "-cp", metastore_cp, "LakeMetaStore", host, str(settings.metastore_port)],
             env={**env, "HADOOP_USER_NAME": "lake"},
+            start_secs=30,
         ),),
         ports=(settings.metastore_port,),
         endpoint=settings.metastore_uri,
@@ -376,6 +392,7 @@ def services(settings: Settings) -> list[Service]:
                      *driver_port_args(settings.thrift_driver_port, settings.thrift_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake"},
+            start_secs=60,  # HiveServer2 fails on the metastore or its port after the Spark driver is up
         ),),
         ports=(settings.thrift_port, settings.thrift_driver_port, settings.thrift_block_manager_port),
         endpoint=f"jdbc:hive2://{host}:{settings.thrift_port}/default",
@@ -400,6 +417,7 @@ def services(settings: Settings) -> list[Service]:
                      *driver_port_args(settings.spark_connect_driver_port, settings.spark_connect_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake", "SPARK_CONNECT_AUTHENTICATE_TOKEN": settings.spark_connect_token},
+            start_secs=60,
         ),),
         ports=(settings.spark_connect_port, settings.spark_connect_driver_port,
                settings.spark_connect_block_manager_port),
@@ -432,12 +450,14 @@ def services(settings: Settings) -> list[Service]:
         programs=(
             Program(name="airflow-api-server",
                     command=[airflow_bin, "api-server", "--host", host, "--port", str(settings.airflow_port),
-                             "--workers", "1"], env=af_env),
+                             "--workers", "1"], env=af_env, start_secs=20),
             # --skip-serve-logs: the log servers bind every interface on fixed ports (8793, 8794) and only
             # remote workers need them; with the LocalExecutor the API server reads the task log files.
-            Program(name="airflow-scheduler", command=[airflow_bin, "scheduler", "--skip-serve-logs"], env=af_env),
-            Program(name="airflow-dag-processor", command=[airflow_bin, "dag-processor"], env=af_env),
-            Program(name="airflow-triggerer", command=[airflow_bin, "triggerer", "--skip-serve-logs"], env=af_env),
+            Program(name="airflow-scheduler", command=[airflow_bin, "scheduler", "--skip-serve-logs"], env=af_env,
+                    start_secs=20),
+            Program(name="airflow-dag-processor", command=[airflow_bin, "dag-processor"], env=af_env, start_secs=20),
+            Program(name="airflow-triggerer", command=[airflow_bin, "triggerer", "--skip-serve-logs"], env=af_env,
+                    start_secs=20),
         ),
         ports=(settings.airflow_port,),
         endpoint=settings.airflow_url,
@@ -453,8 +473,10 @@ def stream_program(settings: Settings) -> Program:
     # SIGTERM to the Python driver only: it stops the queries after their current batch, drains the events
     # archive and exits; its Spark JVM exits with it (the gateway ends when the driver's stdin closes).
     # Signalling the group killed the JVM under the driver, which then failed mid-batch (exit 1).
+    # start_secs: Spark's start and the first batch's planning; a driver that fails on its checkpoint, the
+    # catalog or Kafka does so within it. A SIGKILLed driver that had run longer is restarted (the kill tests).
     return Program(name="stream", command=[sys.executable, "-m", "spark_jobs.stream"],
-                   env=base_env(settings), stop_wait=120, stop_as_group=False)
+                   env=base_env(settings), stop_wait=120, stop_as_group=False, start_secs=45)
 
 
 def template_values(settings: Settings) -> dict[str, str]:
@@ -476,6 +498,8 @@ def template_values(settings: Settings) -> dict[str, str]:
         "KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
         "KAFKA_DATA_DIR": str(settings.data_dir / "kafka"),
         "KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "KAFKA_CDC_RETENTION_MS": str(settings.kafka_cdc_retention_ms),
+        "KAFKA_CDC_RETENTION_BYTES": str(settings.kafka_cdc_retention_bytes),
         "CONNECT_PORT": str(settings.connect_port),
         "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
         "SECRETS_DIR": str(settings.state_dir / "secrets"),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import xmlrpc.client
+from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
@@ -102,8 +104,10 @@ def _program_section(settings: Settings, prog: Program) -> list[str]:
         "autostart=false",
         "autorestart=unexpected",
         "exitcodes=0",
-        "startsecs=3",
-        "startretries=2",
+        # A kill of a program that ran for start_secs is unexpected: restarted at once. One that keeps exiting
+        # sooner is retried start_retries times with a growing delay, then left FATAL (`lake stack status`).
+        f"startsecs={prog.start_secs}",
+        f"startretries={prog.start_retries}",
         f"stopsignal={prog.stop_signal}",
         f"stopwaitsecs={prog.stop_wait}",
         f"stopasgroup={str(prog.stop_as_group).lower()}",
@@ -239,6 +243,67 @@ def start_program(settings: Settings, name: str) -> None:
     except xmlrpc.client.Fault as fault:
         if "ALREADY_STARTED" not in fault.faultString:
             raise StackError(f"supervisor could not start {name}: {fault.faultString}; see {log_path(settings, name)}") from None
+
+
+_LOG_SPAWNED = re.compile(r" spawned: '(?P<name>[^']+)' with pid \d+")
+_LOG_EXITED = re.compile(r" exited: (?P<name>\S+) \((?P<how>.*); (?P<expected>expected|not expected)\)$")
+_LOG_STOPPED = re.compile(r" stopped: (?P<name>\S+) \((?P<how>.*)\)$")
+_LOG_GAVE_UP = re.compile(r" gave up: (?P<name>\S+) entered FATAL state")
+_LOG_DAEMON_START = " supervisord started with pid "
+
+
+@dataclass
+class ProgramHistory:
+    """What supervisord's log says about one program since the daemon started (``lake stack up``)."""
+
+    #: Spawns that followed an unexpected exit: supervisord's own restarts (crash, kill, BACKOFF retry).
+    restarts: int = 0
+    #: How the last run ended, in supervisord's words ("exit status 1; not expected", "terminated by SIGKILL;
+    #: not expected", "stopped: terminated by SIGTERM"), or None if it has not ended yet.
+    last_exit: str | None = None
+    gave_up: bool = False
+    _pending_restart: bool = field(default=False, repr=False)
+
+
+def _daemon_log_lines(settings: Settings) -> list[str]:
+    """supervisord's log lines since its last start (its rotated files first, oldest first)."""
+    main = settings.log_dir / "supervisord.log"
+    lines: list[str] = []
+    for path in [main.with_name(f"supervisord.log.{n}") for n in (2, 1)] + [main]:
+        try:
+            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+    starts = [i for i, line in enumerate(lines) if _LOG_DAEMON_START in line]
+    return lines[starts[-1]:] if starts else lines
+
+
+def program_history(settings: Settings) -> dict[str, ProgramHistory]:
+    """Restarts and last exit per program since supervisord started, from its log.
+
+    supervisord keeps no restart count (``getProcessInfo`` has only the current run's times and the last
+    exit status), but it logs every spawn, exit and give-up.
+    """
+    out: dict[str, ProgramHistory] = {}
+    for line in _daemon_log_lines(settings):
+        if m := _LOG_SPAWNED.search(line):
+            h = out.setdefault(m["name"], ProgramHistory())
+            if h._pending_restart:
+                h.restarts += 1
+                h._pending_restart = False
+        elif m := _LOG_EXITED.search(line):
+            h = out.setdefault(m["name"], ProgramHistory())
+            h.last_exit = f"{m['how']}; {m['expected']}"
+            h._pending_restart = m["expected"] == "not expected"
+        elif m := _LOG_STOPPED.search(line):
+            h = out.setdefault(m["name"], ProgramHistory())
+            h.last_exit = f"stopped: {m['how']}"
+            h._pending_restart = False
+        elif m := _LOG_GAVE_UP.search(line):
+            h = out.setdefault(m["name"], ProgramHistory())
+            h.gave_up = True
+            h._pending_restart = False
+    return out
 
 
 #: supervisord states in which a program has stopped (``getProcessInfo()["statename"]``).

@@ -23,10 +23,16 @@ def test_status_json_reports_every_service_healthy_without_secrets(stack: Settin
     report = json.loads(proc.stdout)
     assert set(report["services"]) == SERVICES
     for name, svc in report["services"].items():
-        assert set(svc) == {"healthy", "pid", "endpoint", "log"}, name
+        assert set(svc) == {"healthy", "pid", "endpoint", "log", "programs"}, name
         assert svc["healthy"] is True, name
         assert isinstance(svc["pid"], int) and svc["pid"] > 0, name
         assert Path(svc["log"]).exists(), name
+        for prog_name, prog in svc["programs"].items():
+            assert prog["state"] in {"RUNNING", "STARTING"} and isinstance(prog["uptime_s"], int), prog_name
+            assert isinstance(prog["restarts"], int), prog_name
+    assert report["ok"] is True and proc.returncode == 0
+    assert report["stream"]["state"] in {"RUNNING", "STARTING", "STOPPED", "EXITED"}, report["stream"]
+    assert report["disk"]["free_mb"] > 0
     for secret in SECRET_NAMES:
         assert getattr(stack, secret) not in proc.stdout
 
@@ -37,6 +43,17 @@ def test_second_up_is_a_noop(stack: Settings) -> None:
     assert proc.stdout.count("already running") == len(SERVICES), proc.stdout
     after = json.loads(run_lake("stack", "status", "--json").stdout)["services"]
     assert {k: v["pid"] for k, v in before.items()} == {k: v["pid"] for k, v in after.items()}
+
+
+def test_lake_topics_have_the_retention_of_the_settings(stack: Settings) -> None:
+    """The events topic exists after `up` with LAKE_KAFKA_EVENTS_RETENTION_*; CDC topics (once the connector
+    made them) with LAKE_KAFKA_CDC_RETENTION_*; none keeps the broker's defaults."""
+    from spark_jobs.kafka_topics import topic_configs, wanted_configs
+
+    wanted = wanted_configs(stack)
+    current = topic_configs(stack, wanted)
+    assert "events.clickstream" in current
+    assert {t: current[t] for t in current} == {t: wanted[t] for t in current}
 
 
 def test_kafka_round_trip_and_connect_has_debezium(stack: Settings) -> None:

@@ -1,0 +1,109 @@
+"""Retention of the lake's Kafka topics: ``events.clickstream`` and the CDC topics (``shop.public.*``).
+
+Bronze is the archive (DESIGN.md: a replay must not depend on Kafka retention), so a topic only has to keep
+what the streaming app has not archived yet: ``retention.ms`` / ``retention.bytes`` come from the settings
+(``LAKE_KAFKA_EVENTS_RETENTION_*``, ``LAKE_KAFKA_CDC_RETENTION_*``) instead of the broker's defaults (7 days
+for events, and no limit at all for the CDC topics Debezium created with ``retention.ms=-1``).
+
+``lake stack up`` creates the events topic with them (before any producer or the streaming app could
+auto-create it) and sets them on topics that exist already; Debezium creates the CDC topics with them through
+Connect's ``topic.creation.default.*`` (``connectors/shop-postgres.json``), and ``lake connectors apply`` sets
+them on CDC topics created before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from spark_jobs.settings import Settings
+
+#: Partitions of ``events.clickstream`` when ``lake stack up`` creates it (the producers' default too).
+EVENTS_PARTITIONS = 3
+
+
+class TopicError(RuntimeError):
+    """A topic could not be created or configured; the message says where and what to do."""
+
+
+def events_topic_config(settings: Settings) -> dict[str, str]:
+    return {"retention.ms": str(settings.kafka_events_retention_ms),
+            "retention.bytes": str(settings.kafka_events_retention_bytes)}
+
+
+def cdc_topic_config(settings: Settings) -> dict[str, str]:
+    return {"retention.ms": str(settings.kafka_cdc_retention_ms),
+            "retention.bytes": str(settings.kafka_cdc_retention_bytes)}
+
+
+def wanted_configs(settings: Settings) -> dict[str, dict[str, str]]:
+    """Topic -> the retention it must have."""
+    from spark_jobs.contracts.events import TOPIC
+    from spark_jobs.contracts.shop import CDC_TABLES
+
+    out = {TOPIC: events_topic_config(settings)}
+    out.update({topic: cdc_topic_config(settings) for topic in CDC_TABLES})
+    return out
+
+
+def topic_configs(settings: Settings, topics: Iterable[str], timeout: float = 15.0) -> dict[str, dict[str, str]]:
+    """Current ``retention.ms`` / ``retention.bytes`` of each of ``topics`` that exists."""
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]  # public, not in stubs
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics if t in existing]
+    if not resources:
+        return {}
+    out = {}
+    for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
+        entries = fut.result(timeout)
+        out[res.name] = {k: entries[k].value for k in ("retention.ms", "retention.bytes") if k in entries}
+    return out
+
+
+def ensure_retention(settings: Settings, *, create_events: bool = True, timeout: float = 15.0) -> list[str]:
+    """Create the events topic with its retention if missing; set the wanted retention on every lake topic that
+    exists with another. Returns what it did, one line each (empty when everything already matched)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public API the stubs do not re-export
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+    )
+
+    from spark_jobs.contracts.events import TOPIC
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    wanted = wanted_configs(settings)
+    done: list[str] = []
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+        if create_events and TOPIC not in existing:
+            fut = admin.create_topics([NewTopic(TOPIC, num_partitions=EVENTS_PARTITIONS, replication_factor=1,
+                                                config=wanted[TOPIC])], operation_timeout=timeout)[TOPIC]
+            try:
+                fut.result(timeout)
+                done.append(f"created {TOPIC} ({EVENTS_PARTITIONS} partitions, "
+                            f"retention.ms={wanted[TOPIC]['retention.ms']}, "
+                            f"retention.bytes={wanted[TOPIC]['retention.bytes']})")
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+            existing.add(TOPIC)
+        current = topic_configs(settings, [t for t in wanted if t in existing], timeout)
+        changes = {t: cfg for t, cfg in wanted.items() if t in current and current[t] != cfg}
+        if changes:
+            resources = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in cfg.items()])
+                for t, cfg in changes.items()]
+            for res, fut in admin.incremental_alter_configs(resources, request_timeout=timeout).items():
+                fut.result(timeout)
+                done.append(f"set {res.name} retention.ms={changes[res.name]['retention.ms']} "
+                            f"retention.bytes={changes[res.name]['retention.bytes']} "
+                            f"(was {current[res.name].get('retention.ms')}/{current[res.name].get('retention.bytes')})")
+    except KafkaException as exc:
+        raise TopicError(f"Kafka at {settings.kafka_bootstrap}: could not create/configure the lake's topics "
+                         f"({exc}); is kafka up? (lake stack status)") from exc
+    return done
