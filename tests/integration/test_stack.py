@@ -45,17 +45,6 @@ def test_second_up_is_a_noop(stack: Settings) -> None:
     assert {k: v["pid"] for k, v in before.items()} == {k: v["pid"] for k, v in after.items()}
 
 
-def test_lake_topics_have_the_retention_of_the_settings(stack: Settings) -> None:
-    """The events topic exists after `up` with LAKE_KAFKA_EVENTS_RETENTION_*; CDC topics (once the connector
-    made them) with LAKE_KAFKA_CDC_RETENTION_*; none keeps the broker's defaults."""
-    from spark_jobs.kafka_topics import topic_configs, wanted_configs
-
-    wanted = wanted_configs(stack)
-    current = topic_configs(stack, wanted)
-    assert "events.clickstream" in current
-    assert {t: current[t] for t in current} == {t: wanted[t] for t in current}
-
-
 def test_kafka_round_trip_and_connect_has_debezium(stack: Settings) -> None:
     assert health.kafka(stack) == (True, "produce/consume round trip ok")
     plugins = health.http_json(f"{stack.connect_url}/connector-plugins")
