@@ -265,7 +265,14 @@ def _dq(args: argparse.Namespace) -> int:
     from spark_jobs.settings import load_settings
 
     settings = load_settings()
-    spark = build_session(settings, f"lake-dq-{args.action}")
+    if args.action in ("status", "history"):
+        from spark_jobs.session import connect_session
+
+        # Reads of ops.dq_results: the stack's warm Spark Connect server answers in seconds (a local JVM: minutes
+        # on a busy two-core machine).
+        spark = connect_session(settings)
+    else:
+        spark = build_session(settings, f"lake-dq-{args.action}")
     if args.action == "status":
         return checks.main_status(spark, args.table, args.json)
     if args.action == "history":
