@@ -169,6 +169,9 @@ def connect_session(settings: Settings) -> SparkSession:
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    # What pyspark's own builder.remote() sets: pyspark.sql.functions and friends dispatch on it to their Connect
+    # implementations (without it F.col(...) takes the classic path and fails on the missing SparkContext).
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     return cast(SparkSession, ConnectSession.builder.channelBuilder(
         _loopback_channel_builder(settings.spark_connect_url)).getOrCreate())
 

@@ -40,3 +40,4 @@ def test_token_to_a_loopback_alias_uses_local_credentials(monkeypatch: pytest.Mo
 
 def test_token_to_another_host_still_needs_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _credentials_used(monkeypatch, "sc://10.1.2.3:15002/;token=secret") == ["ssl"]
+
