@@ -9,6 +9,17 @@ import pytest
 from spark_jobs import cli
 
 
+@pytest.fixture(autouse=True)
+def _keep_umask() -> Any:
+    """``cli.main`` sets umask 077 for the process (what lake writes is private); give the next test its own."""
+    import os
+
+    old = os.umask(0o077)
+    os.umask(old)
+    yield
+    os.umask(old)
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["loadgen", "events", "--rate", "10", "--duration", "1"], ["--rate", "10", "--duration", "1"]),
     (["loadgen", "events", "--", "--rate", "10"], ["--rate", "10"]),
