@@ -31,6 +31,8 @@ schedules it.
   `quarantine.dq_gold_<table>` (the rest is published), and a failed `block`
   expectation fails the task without writing (its log names the table,
   interval, expectation, count and sample rows; fix the data, then clear it).
+  The `dq_drill` param plays a faulty transform for one table (a duplicated
+  row) to show the gate failing the task with nothing published.
 * **Assets**: each gold table is an Asset (`gold.<table>`), updated when its
   task succeeds; data-quality and serving DAGs schedule on them.
 """
@@ -51,14 +53,14 @@ def _gold_task(table: str) -> Any:
     def build(**context: Any) -> str:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from spark_jobs.jobs.gold import IntervalError, run_task
+        from spark_jobs.jobs.gold import IntervalError, RunParamError, run_task
         from spark_jobs.quality.runner import DqBlocked
 
         try:
             return run_task(table, context["params"].get("day"), context.get("data_interval_start"),
                             context.get("data_interval_end"), run_id=context["run_id"],
-                            dag_id=context["dag"].dag_id, task_id=table)
-        except (IntervalError, DqBlocked) as exc:  # a retry cannot help: fail now, saying why (fix, then clear)
+                            dag_id=context["dag"].dag_id, task_id=table, drill=context["params"].get("dq_drill"))
+        except (IntervalError, RunParamError, DqBlocked) as exc:  # a retry cannot help: fail now, saying why
             raise AirflowFailException(str(exc)) from exc
 
     return build()
@@ -74,7 +76,10 @@ with DAG(
     max_active_runs=2,
     tags=["lakestream", "gold", "batch"],
     params={"day": Param(None, type=["null", "string"], format="date",
-                         description="compute this UTC day (YYYY-MM-DD) instead of the run's data interval")},
+                         description="compute this UTC day (YYYY-MM-DD) instead of the run's data interval"),
+            "dq_drill": Param(None, type=["null", "string"], enum=[None, *GOLD],
+                              description="data-quality drill: this gold table's computed rows get one duplicated "
+                                          "row, so its gate must fail the task and publish nothing")},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "owner": "lakestream",
                   "execution_timeout": timedelta(minutes=20)},
 ) as dag:

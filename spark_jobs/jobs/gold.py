@@ -41,6 +41,10 @@ class IntervalError(ValueError):
     """A run whose data interval cannot be computed (says why and what to do)."""
 
 
+class RunParamError(ValueError):
+    """A run parameter that cannot be used (says which and what to give instead)."""
+
+
 @dataclass(frozen=True)
 class Interval:
     """A data interval [start, end) of whole UTC days."""
@@ -261,20 +265,33 @@ def run(settings: Settings, interval: Interval, steps: Sequence[str] = STEPS,
 
 
 def run_task(step: str, day: str | None, start: datetime | str | None, end: datetime | str | None, *,
-             run_id: str, dag_id: str, task_id: str) -> str:
+             run_id: str, dag_id: str, task_id: str, drill: str | None = None) -> str:
     """One task of the gold DAG: resolve its interval, build ``gold.<step>`` on Spark Connect, return the report line.
 
-    Raises :class:`IntervalError` (not worth a retry) when the run has no usable interval.
+    ``drill`` (the DAG's ``dq_drill`` param) names a gold table whose computed rows get one duplicated row, a
+    fault that breaks its unique-key ``block`` expectation: the gate must then fail the task and publish
+    nothing (a fire drill for the gate; nothing wrong reaches the table). Raises :class:`IntervalError` or
+    :class:`RunParamError` (not worth a retry) when the run has no usable interval or drill.
     """
     from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
 
     interval = resolve_interval(start, end, day)
+    if drill and drill not in STEPS:
+        raise RunParamError(f"dq_drill {drill!r} is not a gold table; give one of {', '.join(STEPS)} or leave it empty")
     settings = load_settings()
     print(f"{dag_id}.{task_id} ({run_id}): building gold.{step} for {interval} on Spark Connect "
           f"{settings.host}:{settings.spark_connect_port}", flush=True)
     spark = connect_session(settings)
     gate = quality_gate(spark, settings, step, interval, run_id=run_id, dag_id=dag_id, task_id=task_id)
+    if drill == step:
+        print(f"DQ drill: one computed row of gold.{step} is duplicated before the gate; its unique-key block "
+              "expectation must fail this task and nothing may be published", flush=True)
+        clean_gate = gate
+
+        def gate(df: DataFrame, table: str) -> DataFrame:
+            return clean_gate(df.unionByName(df.limit(1)), table)
+
     result = run_step(spark, settings, step, interval, gate)
     print(result.line(), flush=True)
     return result.line()
