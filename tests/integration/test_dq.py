@@ -30,6 +30,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -177,6 +178,52 @@ def task_log(client: AirflowClient, dag_id: str, run_id: str, task_id: str) -> s
                               "?full_content=true")
     content = doc.get("content") if isinstance(doc, dict) else doc
     return json.dumps(content, default=str, ensure_ascii=False) if not isinstance(content, str) else content
+
+
+@contextmanager
+def dq_streaming_unpaused(client: AirflowClient, run_id: str) -> Iterator[Any]:
+    """Trigger a ``lake_dq_streaming`` run ``run_id`` (settle 0) with the DAG unpaused while the block runs.
+
+    Yields a callable for wait loops: unpausing lets the scheduler create the latest scheduled run too, not ours
+    to run (it doubles the load on two cores), so a queued one is deleted; a running one is left to finish.
+    """
+    client.wait_for_dag(DQ_DAG)
+    was_paused = bool(client._call("GET", f"/api/v2/dags/{DQ_DAG}")["is_paused"])
+    trigger(client, DQ_DAG, run_id, {"settle_seconds": 0})
+    client.unpause(DQ_DAG)
+
+    def drop_scheduled_queued() -> None:
+        if not was_paused:
+            return
+        for r in client.runs(DQ_DAG, state="queued"):
+            if r["dag_run_id"] != run_id and r["run_type"] == "scheduled":
+                try:
+                    client._call("DELETE", f"/api/v2/dags/{DQ_DAG}/dagRuns/"
+                                           f"{urllib.parse.quote(r['dag_run_id'], safe='')}")
+                except AirflowError as exc:
+                    print(f"  could not delete {r['dag_run_id']}: {exc}", flush=True)
+
+    try:
+        yield drop_scheduled_queued
+    finally:
+        if was_paused:
+            client._call("PATCH", f"/api/v2/dags/{DQ_DAG}", {"is_paused": True})
+            drop_scheduled_queued()
+
+
+def wait_task(client: AirflowClient, dag_id: str, run_id: str, task_id: str, done: tuple[str, ...],
+              timeout: float = RUN_TIMEOUT_S, while_waiting: Any = None) -> str:
+    """Wait until ``task_id`` of the run is in one of ``done``; returns that state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = task_states(client, dag_id, run_id).get(task_id, "")
+        if state in done:
+            return state
+        if while_waiting is not None:
+            while_waiting()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{dag_id} {run_id} task {task_id} still {state!r} after {timeout:.0f} s")
+        time.sleep(5)
 
 
 # ------------------------------------------------------------------------------------------- fixtures
@@ -371,6 +418,34 @@ def test_block_stops_publishing_until_the_data_is_fixed(stack: Settings, spark: 
     state.validated[table] = max(r["validated_at"] for r in fixed.values())
 
 
+def test_a_drilled_fault_fails_the_gold_task_in_airflow_and_its_asset_is_not_updated(
+        stack: Settings, spark: Any, state: DqState, gold_run: str) -> None:
+    """Through Airflow: the dq_drill param plays a faulty fct_daily_sales transform (a duplicated row): the gate
+    fails that task (no retry), its log says why, nothing is written and its Asset gets no event; the rest of the
+    run publishes as usual."""
+    client = AirflowClient(stack)
+    table = "gold.fct_daily_sales"
+    before_version = _version(spark, table)
+    run_id = f"manual__dqtest_drill_{uuid.uuid4().hex[:8]}"
+    trigger(client, GOLD_DAG, run_id, {"day": state.day.isoformat(), "dq_drill": "fct_daily_sales"})
+    assert wait_run(client, GOLD_DAG, run_id) == "failed"
+    tasks = task_states(client, GOLD_DAG, run_id)
+    assert tasks["fct_daily_sales"] == "failed", tasks
+    assert all(tasks[t] == "success" for t in ("dim_customers", "dim_products", "fct_orders")), tasks
+    tries = [t for t in client.task_instances(GOLD_DAG, run_id) if t["task_id"] == "fct_daily_sales"]
+    assert int(tries[0]["try_number"]) == 1, tries  # AirflowFailException: a retry could not help
+    log = task_log(client, GOLD_DAG, run_id, "fct_daily_sales")
+    for needle in ("DQ drill", "BLOCKED", "FAILED [block] key_unique", str(state.day)):
+        assert needle in log, (needle, log[-3000:])
+    events = client._call("GET", f"/api/v2/assets/events?source_dag_id={GOLD_DAG}"
+                                 f"&source_run_id={urllib.parse.quote(run_id, safe='')}&limit=50")["asset_events"]
+    updated = {e["source_task_id"] for e in events}
+    assert "fct_daily_sales" not in updated and "fct_orders" in updated, updated
+    touching = [h for h in _history(spark, table, before_version)
+                if state.day.isoformat() in json.dumps(h["operationParameters"], default=str)]
+    assert touching == [], touching
+
+
 # ------------------------------------------------------------------------------------------- 3. lake_dq_streaming
 
 
@@ -383,34 +458,11 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
     ids = ", ".join(str(i) for i in ORDER_IDS)
     assert _rows(spark, f"SELECT count(*) AS n FROM silver.orders WHERE order_id IN ({ids})")[0]["n"] == len(ORDER_IDS)
     client = AirflowClient(stack)
-    client.wait_for_dag(DQ_DAG)
-    was_paused = bool(client._call("GET", f"/api/v2/dags/{DQ_DAG}")["is_paused"])
     run_id = f"manual__dqtest_{uuid.uuid4().hex[:8]}"
-    trigger(client, DQ_DAG, run_id, {"settle_seconds": 0})
-    unpaused_at = datetime.now(UTC)
-    client.unpause(DQ_DAG)
-
-    def drop_scheduled_queued() -> None:
-        # Unpausing lets the scheduler create the latest scheduled run too: not ours to run (it doubles the
-        # load on two cores), so a queued one is deleted; a running one is left to finish.
-        if not was_paused:
-            return
-        for r in client.runs(DQ_DAG, state="queued"):
-            if r["dag_run_id"] != run_id and r["run_type"] == "scheduled":
-                try:
-                    client._call("DELETE", f"/api/v2/dags/{DQ_DAG}/dagRuns/"
-                                           f"{urllib.parse.quote(r['dag_run_id'], safe='')}")
-                except AirflowError as exc:
-                    print(f"  could not delete {r['dag_run_id']}: {exc}", flush=True)
-
-    try:
+    with dq_streaming_unpaused(client, run_id) as drop_scheduled_queued:
         final = wait_run(client, DQ_DAG, run_id, while_waiting=drop_scheduled_queued)
-    finally:
-        if was_paused:
-            client._call("PATCH", f"/api/v2/dags/{DQ_DAG}", {"is_paused": True})
-            drop_scheduled_queued()
     state.dq_run = run_id
-    print(f"  {DQ_DAG} run {run_id} ended {final}; unpaused from {unpaused_at.isoformat()}", flush=True)
+    print(f"  {DQ_DAG} run {run_id} ended {final}", flush=True)
 
     tasks = task_states(client, DQ_DAG, run_id)
     assert set(tasks) == {t.replace(".", "__") for t in LIVE_TABLES}, tasks
@@ -454,6 +506,68 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
     assert "o.total &lt;&gt; coalesce(i.items_amount, 0)" in page
     gold_link = f"validations/gold/fct_orders/{urllib.parse.quote(gold_run, safe='')}/"
     assert gold_link in index, f"{gold_link} not in the Data Docs index"
+
+
+#: An order whose customer does not exist yet (loaded with PostgreSQL's FK triggers off), and that customer.
+ORPHAN_ORDER = 9_100_010
+ORPHAN_CUSTOMER = 9_100_098
+
+
+def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Settings, state: DqState) -> None:
+    """A load with foreign-key triggers off (session_replication_role = replica, as bulk loaders and logical
+    replicas run) leaves an order without its customer: lake_dq_streaming's silver__orders task fails on the
+    customer_exists block rule, naming the order. The customer then arrives (the data is fixed), the failed task
+    is cleared through the REST API, and it passes."""
+    day = state.day - timedelta(days=1)
+    dsn = stack.pg_dsn(stack.pg_shop_db)
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM orders WHERE order_id = %s", (ORPHAN_ORDER,))  # an earlier run's rows
+        cur.execute("DELETE FROM customers WHERE customer_id = %s", (ORPHAN_CUSTOMER,))
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SET session_replication_role = replica")
+        cur.execute("INSERT INTO orders (order_id, customer_id, status, currency, total, placed_at, updated_at) "
+                    "VALUES (%s, %s, 'pending', 'EUR', 0, %s, %s)",
+                    (ORPHAN_ORDER, ORPHAN_CUSTOMER, _at(day, 10, 0), _at(day, 10, 0)))
+    conn.close()
+    client = AirflowClient(stack)
+    run_id = f"manual__dqtest_orphan_{uuid.uuid4().hex[:8]}"
+    try:
+        _wait_stream()
+        with dq_streaming_unpaused(client, run_id) as drop_scheduled_queued:
+            assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
+                             while_waiting=drop_scheduled_queued) == "failed"
+            log = task_log(client, DQ_DAG, run_id, "silver__orders")
+            assert "FAILED [block] customer_exists" in log and str(ORPHAN_ORDER) in log, log[-3000:]
+
+            # Fix the data: the customer arrives through the normal path; then clear the failed task.
+            with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+                cur.execute("INSERT INTO customers (customer_id, email, full_name, country, loyalty_tier, created_at, "
+                            "updated_at) VALUES (%s, %s, 'Late Arrival', 'DE', 'bronze', %s, %s)",
+                            (ORPHAN_CUSTOMER, f"dq-test-{ORPHAN_CUSTOMER}@example.com", _at(day, 9, 0),
+                             _at(day, 9, 0)))
+            conn.close()
+            _wait_stream()
+            cleared = client._call("POST", f"/api/v2/dags/{DQ_DAG}/clearTaskInstances", {
+                "dry_run": False, "dag_run_id": run_id, "task_ids": ["silver__orders"], "only_failed": True,
+                "reset_dag_runs": True})
+            assert [t["task_id"] for t in cleared["task_instances"]] == ["silver__orders"], cleared
+            deadline = time.monotonic() + 120  # the clear resets the task; wait until it is no longer "failed"
+            while task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed" \
+                    and time.monotonic() < deadline:
+                time.sleep(2)
+            assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
+                             while_waiting=drop_scheduled_queued) == "success", \
+                task_log(client, DQ_DAG, run_id, "silver__orders")[-3000:]
+    finally:
+        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM orders WHERE order_id = %s", (ORPHAN_ORDER,))
+            cur.execute("DELETE FROM customers WHERE customer_id = %s", (ORPHAN_CUSTOMER,))
+        conn.close()
+
+
+def _wait_stream() -> None:
+    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------------------------- 4. in a browser
