@@ -141,6 +141,7 @@ class Settings:
 
     # Data quality (spark_jobs.quality): freshness SLOs of the live tables
     dq_docs_port: int
+    dq_docs_keep: int  # newest validations per table kept in Data Docs (the index's cost grows with the count)
     dq_freshness_silver_seconds: int
     dq_freshness_hot_seconds: int
     dq_freshness_tables: str  # per-table SLOs "<db>.<table>=<seconds>,...": see dq_freshness_seconds()
@@ -308,6 +309,7 @@ _DEFAULTS: dict[str, str] = {
     "events_watermark_minutes": "10",
     "events_parse_processes": "0",
     "dq_docs_port": "18090",
+    "dq_docs_keep": "50",
     "dq_freshness_silver_seconds": "900",
     "dq_freshness_hot_seconds": "300",
     "dq_freshness_tables": "",
@@ -425,6 +427,8 @@ def _validate(s: Settings) -> None:
         raise SettingsError(f"LAKE_EVENTS_PARSE_PROCESSES={s.events_parse_processes} must be >= 0 "
                             "(0: one per CPU of the driver, at most 8; 1: parse in the driver process only)")
     s.dq_freshness_overrides()  # raises on a malformed LAKE_DQ_FRESHNESS_TABLES
+    if s.dq_docs_keep < 1:
+        raise SettingsError(f"LAKE_DQ_DOCS_KEEP={s.dq_docs_keep} must be >= 1 (validations kept per table in Data Docs)")
     if s.dq_freshness_silver_seconds < 1 or s.dq_freshness_hot_seconds < 1:
         raise SettingsError(f"LAKE_DQ_FRESHNESS_SILVER_SECONDS={s.dq_freshness_silver_seconds} and "
                             f"LAKE_DQ_FRESHNESS_HOT_SECONDS={s.dq_freshness_hot_seconds} must both be >= 1 (seconds)")

@@ -562,6 +562,7 @@ def build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_na
             expectation_suite_identifier=ExpectationSuiteIdentifier(name=validation.suite_name),
             run_id=validation.meta["run_id"], batch_identifier=_safe(batch_name))
         ctx.validation_results_store.set(key, validation)
+        prune_validations(gx_project_dir(settings), validation.suite_name, settings.dq_docs_keep)
         pages: Any = [key, ExpectationSuiteIdentifier(name=validation.suite_name)]  # GX types it as one kind
         ctx.build_data_docs(resource_identifiers=pages)
         urls = ctx.get_docs_sites_urls(resource_identifier=key)
@@ -569,6 +570,34 @@ def build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_na
 
         link_trend(data_docs_dir(settings))
     return served_url(settings, str(urls[0]["site_url"])) if urls else None
+
+
+def prune_validations(project: Path, suite_name: str, keep: int) -> list[Path]:
+    """Keep the newest ``keep`` stored validations of ``suite_name`` (and their rendered pages); -> removed files.
+
+    GX rebuilds the Data Docs index from every stored validation (2.2 s at 349 of them here, growing with each
+    run: a lake_dq_streaming run every 10 minutes stores ~1,150 a day), so the store is bounded per table.
+    Layout: ``gx/uncommitted/validations/<suite path>/<run id>/<run time>/<batch>.json``, its page at the same
+    path under ``data_docs/local_site/validations/`` with ``.html``. Newest by run time (the path's
+    ``YYYYmmddTHHMMSS.ffffffZ`` part).
+    """
+    uncommitted = project / "gx" / "uncommitted"
+    store = uncommitted / "validations" / Path(*suite_name.split("."))
+    if not store.is_dir():
+        return []
+    found = sorted(store.glob("*/*/*.json"), key=lambda f: (f.parent.name, f.parent.parent.name, f.name))
+    removed: list[Path] = []
+    for old in found[:-keep] if keep > 0 else found:
+        rel = old.relative_to(uncommitted / "validations")
+        page = uncommitted / "data_docs" / "local_site" / "validations" / rel.with_suffix(".html")
+        for f in (old, page):
+            if f.exists():
+                f.unlink()
+                removed.append(f)
+        for d in (old.parent, old.parent.parent, page.parent, page.parent.parent):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+    return removed
 
 
 def served_url(settings: Settings, file_url: str) -> str:
