@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import os
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -545,6 +546,16 @@ def _project_lock(settings: Settings) -> Iterator[None]:
 
 def build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_name: str) -> str | None:
     """Store ``validation`` (and ``gx_suite``, its suite) in the file project and render its page; -> its served URL."""
+    # GX writes the store and pages with the process umask: keep them private whoever calls (an Airflow task
+    # inherits the stack's 077; a notebook or test process may not).
+    previous_umask = os.umask(0o077)
+    try:
+        return _build_data_docs(settings, gx_suite, validation, batch_name)
+    finally:
+        os.umask(previous_umask)
+
+
+def _build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_name: str) -> str | None:
     import great_expectations as gx
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,

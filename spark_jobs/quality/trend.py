@@ -174,8 +174,7 @@ def _write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".trend-", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # mkstemp's 0600: the state dir is private (the dq-docs server runs as its owner)
 
 
 def build_trend_page(spark: SparkSession, settings: Settings, now: datetime | None = None) -> Path:

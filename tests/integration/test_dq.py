@@ -257,6 +257,12 @@ def state(stack: Settings) -> Iterator[DqState]:
     waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
     yield DqState(day=day)
+    # The bad order breaks the shop's own rule (total = half-even items) on purpose: take this module's rows out
+    # of PostgreSQL again, so later tests that check the shop's invariants over all orders see a clean shop.
+    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM orders WHERE order_id BETWEEN %s AND %s", (CUSTOMER_ID, CUSTOMER_ID + 99))
+        cur.execute("DELETE FROM customers WHERE customer_id BETWEEN %s AND %s", (CUSTOMER_ID, CUSTOMER_ID + 99))
+    conn.close()
 
 
 @pytest.fixture(scope="module")
