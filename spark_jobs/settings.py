@@ -217,9 +217,10 @@ class Settings:
     def spark_connect_url(self) -> str:
         """``sc://`` URL of the stack's Spark Connect server, with its bearer token (a secret: never print it).
 
-        pyspark sends a token over a local-credentials channel only to ``localhost``; any other host needs TLS.
+        Any loopback host gets the token over gRPC local credentials (:func:`spark_jobs.session.connect_session`);
+        another host needs TLS.
         """
-        host = "localhost" if self.host in ("127.0.0.1", "localhost", "::1") else self.host
+        host = f"[{self.host}]" if ":" in self.host else self.host
         token = f";token={self.spark_connect_token}" if self.spark_connect_token else ""
         return f"sc://{host}:{self.spark_connect_port}/{token}"
 

@@ -212,8 +212,8 @@ def run_step(spark: SparkSession, settings: Settings, step: str, interval: Inter
         inputs = dimension_inputs(spark, step)
         latest = _latest_commit(spark, name)
         if latest is not None and latest[1] == inputs:
-            return StepResult(step, interval, spark.table(name).count(), latest[0], time.monotonic() - t0,
-                              skipped=True)
+            # A dimension's commit is a whole-table overwrite: its numOutputRows is the table's row count.
+            return StepResult(step, interval, latest[2], latest[0], time.monotonic() - t0, skipped=True)
     phases: dict[str, float] = {}
     computed = compute(spark, step, interval)
     if validate is None:
