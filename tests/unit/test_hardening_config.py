@@ -127,6 +127,7 @@ def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
         (settings.state_dir / "exe.sh").write_text("x")
         (settings.state_dir / "exe.sh").chmod(0o755)
         assert bootstrap.secure_state_dir(settings) >= 4
+        assert os.umask(0o077) == 0o077  # secure_state_dir set 077 for the whole process
     finally:
         os.umask(old)
     assert stat.S_IMODE((logs / "kafka.log").stat().st_mode) == 0o600
@@ -137,5 +138,3 @@ def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
     top = 0o710 if os.geteuid() == 0 else 0o700
     for d in (settings.state_dir, settings.data_dir, settings.run_dir):
         assert stat.S_IMODE(d.stat().st_mode) == top, d
-    assert os.umask(0o077) == 0o022  # secure_state_dir set 077 for the process; the finally put 022 back
-    os.umask(old)
