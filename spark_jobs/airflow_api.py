@@ -103,6 +103,23 @@ class AirflowClient:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return list(self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> str:
+        """The task's log (its latest try unless ``try_number``) as Airflow's API serves it."""
+        import urllib.parse
+
+        rid = urllib.parse.quote(run_id, safe="")
+        if try_number is None:
+            tis = [t for t in self.task_instances(dag_id, rid) if t["task_id"] == task_id]
+            try_number = int(tis[0].get("try_number") or 1) if tis else 1
+        doc = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances/{task_id}/logs/{try_number}"
+                                "?full_content=true")
+        content = doc.get("content") if isinstance(doc, dict) else doc
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):  # structured log lines: one line of text per event (+ an error's detail)
+            return "\n".join(_log_line(e) for e in content)
+        return json.dumps(content, default=str, ensure_ascii=False)
+
     def wait_backfill(self, dag_id: str, backfill_id: int, days: Sequence[date], timeout: float = 1800,
                       progress: bool = True) -> dict[str, str]:
         """Wait until the backfill's run of every day ended; returns {day: state}. Prints progress."""
@@ -172,3 +189,12 @@ def backfill_main(argv: Sequence[str]) -> int:
     print(f"lake gold backfill: {len(days) - len(bad)}/{len(days)} day(s) succeeded in {time.monotonic() - t0:.0f} s"
           + (f"; failed: {', '.join(sorted(bad))} (see the task logs in the UI)" if bad else ""), flush=True)
     return 1 if bad else 0
+
+
+def _log_line(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return str(entry)
+    line = str(entry.get("event", ""))
+    if entry.get("error_detail"):
+        line += "\n" + json.dumps(entry["error_detail"], default=str, ensure_ascii=False)
+    return line

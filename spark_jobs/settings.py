@@ -79,6 +79,14 @@ class Settings:
     pg_shop_db: str
     cdc_user: str
     cdc_password: str
+    # Least-privilege roles (spark_jobs.stack.bootstrap.configure_postgres): owners of Airflow's and the
+    # metastore's databases, and the lake's own reads/writes of the shop tables (stream, loadgen, verify).
+    pg_airflow_user: str
+    pg_airflow_password: str
+    pg_metastore_user: str
+    pg_metastore_password: str
+    pg_app_user: str
+    pg_app_password: str
 
     # Kafka and Connect
     kafka_port: int
@@ -225,10 +233,19 @@ class Settings:
         return f"sc://{host}:{self.spark_connect_port}/{token}"
 
     def pg_dsn(self, database: str | None = None) -> str:
-        """libpq DSN for the stack superuser (admin and metadata use only)."""
+        """libpq DSN for the stack superuser (bootstrap, migrations, health probe, tests: admin use only)."""
         db = database or "postgres"
         return (f"host={self.pg_host} port={self.pg_port} dbname={db} "
                 f"user={self.pg_superuser} password={self.pg_password}")
+
+    def pg_app_dsn(self) -> str:
+        """libpq DSN of the shop database as the lake's app role: DML on the shop tables, nothing else.
+
+        The stream (column types of added columns), the load generators, ``lake verify`` and
+        ``lake connectors status`` (slot position) connect with it, never as the superuser.
+        """
+        return (f"host={self.pg_host} port={self.pg_port} dbname={self.pg_shop_db} "
+                f"user={self.pg_app_user} password={self.pg_app_password}")
 
     def redacted(self) -> dict[str, str]:
         """All settings as strings with secrets masked, for ``lake`` diagnostics."""
@@ -255,6 +272,12 @@ _DEFAULTS: dict[str, str] = {
     "pg_shop_db": "shop",
     "cdc_user": "lake_cdc",
     "cdc_password": "",
+    "pg_airflow_user": "lake_airflow",
+    "pg_airflow_password": "",
+    "pg_metastore_user": "lake_metastore",
+    "pg_metastore_password": "",
+    "pg_app_user": "lake_app",
+    "pg_app_password": "",
     "kafka_port": "19092",
     "kafka_controller_port": "19093",
     "kafka_bootstrap": "{host}:{kafka_port}",
@@ -326,6 +349,9 @@ _DEFAULTS: dict[str, str] = {
 SECRET_NAMES = (
     "pg_password",
     "cdc_password",
+    "pg_airflow_password",
+    "pg_metastore_password",
+    "pg_app_password",
     "minio_root_user",
     "minio_root_password",
     "s3_access_key",

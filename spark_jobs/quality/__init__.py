@@ -12,11 +12,11 @@ See :mod:`spark_jobs.quality.suites` for the suite files, :mod:`spark_jobs.quali
 severities act and :mod:`spark_jobs.quality.checks` for the live-table checks and ``lake dq``.
 """
 
+from spark_jobs.quality.docs import data_docs_dir
 from spark_jobs.quality.runner import (
     DqBlocked,
     DqOutcome,
     ExpectationResult,
-    data_docs_dir,
     validate,
     validate_suite,
 )

@@ -25,17 +25,13 @@ Severities act after the run:
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import io
 import json
 import logging
-import os
-import urllib.parse
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.quality.suites import CUSTOM_SQL, ExpectationSpec, Suite, expectation_classes, fill, load_suite
@@ -171,12 +167,21 @@ def _filled(spec: ExpectationSpec, params: dict[str, str], tables: dict[str, str
 # --------------------------------------------------------------------------- GX
 
 
+def _expectation(etype: str, kwargs: dict[str, Any]) -> Any:
+    """A GX expectation object. GX prints a note to stdout for every SQL rule whose query has no ``{batch}``
+    (ours are filled in, or read other tables on purpose): once per construction, ~10 lines per task log."""
+    cls = expectation_classes()[etype]
+    if "unexpected_rows_query" not in kwargs:
+        return cls(**kwargs)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return cls(**kwargs)
+
+
 def _gx_suite(suite: Suite, specs: list[tuple[ExpectationSpec, dict[str, Any]]], name: str | None = None) -> Any:
     """A GX ``ExpectationSuite`` of ``specs`` (fresh expectation objects; each carries its name and severity)."""
     import great_expectations as gx
 
-    classes = expectation_classes()
-    expectations = [classes[spec.type](**kwargs, meta={"dq_name": spec.name, "severity": spec.severity})
+    expectations = [_expectation(spec.type, {**kwargs, "meta": {"dq_name": spec.name, "severity": spec.severity}})
                     for spec, kwargs in specs]
     return gx.ExpectationSuite(name=name or suite.table, expectations=expectations,
                                meta={"source": str(suite.path or "")})
@@ -401,7 +406,7 @@ def _dq_name(result: Any) -> str:
 
 def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval: tuple[datetime, datetime] | None,
                    run_id: str, dag_id: str, task_id: str, settings: Settings | None = None,
-                   tables: dict[str, str] | None = None, build_docs: bool = False,
+                   tables: dict[str, str] | None = None, build_docs: bool = False, render_docs: bool = True,
                    now: datetime | None = None, settle_seconds: int = SETTLE_SECONDS) -> DqOutcome:
     """:func:`validate` with the suite given (tests, ad-hoc suites); ``tables`` renames ``{table:...}`` references.
 
@@ -415,7 +420,8 @@ def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval
        suite's ``row_keys``, for their sample rows.
 
     The merged result is one GX validation result (Data Docs) and one :class:`ExpectationResult` per expectation.
-    ``build_docs`` also renders the validation into the Data Docs site of ``settings``' state dir.
+    ``build_docs`` also stores the validation in the Data Docs project of ``settings``' state dir and renders its
+    page (``render_docs``) or queues it for the stack's ``dq-docs`` service (``render_docs=False``).
     """
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.validator.validation_statistics import calc_validation_statistics
@@ -488,7 +494,7 @@ def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval
             else:
                 if gx_batch is None:
                     gx_batch = bd.get_batch(batch_parameters={"dataframe": df})
-                expectation = expectation_classes()[spec.type](**filled_by_name[spec.name])
+                expectation = _expectation(spec.type, filled_by_name[spec.name])
                 bad.append((spec.name, _map_unexpected(gx_batch, expectation)))
         passed, quarantined = _split(spark, df, suite.row_keys, bad)
 
@@ -496,11 +502,14 @@ def validate_suite(spark: SparkSession, df: DataFrame, suite: Suite, *, interval
                         validated_at=now, results=results, passed=passed, quarantined=quarantined, blocked=blocked,
                         row_keys=suite.row_keys)
     if build_docs:
+        from spark_jobs.quality import docs
+
         if settings is None:
             from spark_jobs.settings import load_settings
 
             settings = load_settings()
-        outcome.docs_url = build_data_docs(settings, full_suite, validation, f"{dag_id}.{task_id}")
+        store = docs.build_data_docs if render_docs else docs.store_validation
+        outcome.docs_url = store(settings, full_suite, validation, f"{dag_id}.{task_id}")
     return outcome
 
 
@@ -508,129 +517,14 @@ def validate(spark: SparkSession, df: DataFrame, table: str, *, interval: tuple[
              run_id: str, dag_id: str, task_id: str, settle_seconds: int = SETTLE_SECONDS) -> DqOutcome:
     """Validate ``df`` (rows of ``table``, or of its ``interval``) against ``expectations/<table>.yml``.
 
-    Builds the validation's Data Docs page under the state dir. Writes no table:
+    Stores the validation for Data Docs (the stack's ``dq-docs`` service renders its page). Writes no table:
     call :func:`write_results` and :func:`write_quarantine`, publish ``passed``
     unless ``blocked``.
     """
     from spark_jobs.settings import load_settings
 
     return validate_suite(spark, df, load_suite(table), interval=interval, run_id=run_id, dag_id=dag_id,
-                          task_id=task_id, settings=load_settings(), build_docs=True, settle_seconds=settle_seconds)
+                          task_id=task_id, settings=load_settings(), build_docs=True, render_docs=False,
+                          settle_seconds=settle_seconds)
 
 
-# --------------------------------------------------------------------------- Data Docs
-
-
-def gx_project_dir(settings: Settings) -> Path:
-    """The GX file context (suites, validation results, Data Docs) of this installation."""
-    return settings.state_dir / "dq"
-
-
-def data_docs_dir(settings: Settings) -> Path:
-    """The static Data Docs site (``index.html``) to serve."""
-    return gx_project_dir(settings) / "gx" / "uncommitted" / "data_docs" / "local_site"
-
-
-@contextlib.contextmanager
-def _project_lock(settings: Settings) -> Iterator[None]:
-    """Parallel tasks share one GX project on disk: its config and index are written under this lock."""
-    folder = gx_project_dir(settings)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_name: str) -> str | None:
-    """Store ``validation`` (and ``gx_suite``, its suite) in the file project and render its page; -> its served URL."""
-    # GX writes the store and pages with the process umask: keep them private whoever calls (an Airflow task
-    # inherits the stack's 077; a notebook or test process may not).
-    previous_umask = os.umask(0o077)
-    try:
-        return _build_data_docs(settings, gx_suite, validation, batch_name)
-    finally:
-        os.umask(previous_umask)
-
-
-def _build_data_docs(settings: Settings, gx_suite: Any, validation: Any, batch_name: str) -> str | None:
-    import great_expectations as gx
-    from great_expectations.data_context.types.resource_identifiers import (
-        ExpectationSuiteIdentifier,
-        ValidationResultIdentifier,
-    )
-
-    with _project_lock(settings):
-        ctx = gx.get_context(mode="file", project_root_dir=str(gx_project_dir(settings)))
-        suite_dict = gx_suite.to_json_dict()
-        suite_dict.pop("id", None)
-        for e in suite_dict.get("expectations", []):
-            e.pop("id", None)
-        ctx.suites.add_or_update(gx.ExpectationSuite(**suite_dict))
-        key = ValidationResultIdentifier(
-            expectation_suite_identifier=ExpectationSuiteIdentifier(name=validation.suite_name),
-            run_id=validation.meta["run_id"], batch_identifier=_safe(batch_name))
-        ctx.validation_results_store.set(key, validation)
-        prune_validations(gx_project_dir(settings), validation.suite_name, settings.dq_docs_keep)
-        pages: Any = [key, ExpectationSuiteIdentifier(name=validation.suite_name)]  # GX types it as one kind
-        ctx.build_data_docs(resource_identifiers=pages)
-        urls = ctx.get_docs_sites_urls(resource_identifier=key)
-        from spark_jobs.quality.trend import link_trend
-
-        link_trend(data_docs_dir(settings))
-    return served_url(settings, str(urls[0]["site_url"])) if urls else None
-
-
-def prune_validations(project: Path, suite_name: str, keep: int) -> list[Path]:
-    """Keep the newest ``keep`` stored validations of ``suite_name`` (and their rendered pages); -> removed files.
-
-    GX rebuilds the Data Docs index from every stored validation (2.2 s at 349 of them here, growing with each
-    run: a lake_dq_streaming run every 10 minutes stores ~1,150 a day), so the store is bounded per table.
-    Layout: ``gx/uncommitted/validations/<suite path>/<run id>/<run time>/<batch>.json``, its page at the same
-    path under ``data_docs/local_site/validations/`` with ``.html``. Newest by run time (the path's
-    ``YYYYmmddTHHMMSS.ffffffZ`` part).
-    """
-    uncommitted = project / "gx" / "uncommitted"
-    store = uncommitted / "validations" / Path(*suite_name.split("."))
-    if not store.is_dir():
-        return []
-    found = sorted(store.glob("*/*/*.json"), key=lambda f: (f.parent.name, f.parent.parent.name, f.name))
-    removed: list[Path] = []
-    for old in found[:-keep] if keep > 0 else found:
-        rel = old.relative_to(uncommitted / "validations")
-        page = uncommitted / "data_docs" / "local_site" / "validations" / rel.with_suffix(".html")
-        for f in (old, page):
-            if f.exists():
-                f.unlink()
-                removed.append(f)
-        for d in (old.parent, old.parent.parent, page.parent, page.parent.parent):
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-    return removed
-
-
-def served_url(settings: Settings, file_url: str) -> str:
-    """A page of the local site (GX's ``file://`` URL) -> its URL on the stack's ``dq-docs`` server.
-
-    The task log and ``DqOutcome.docs_url`` name what a user can open: the site is served from
-    :func:`data_docs_dir` at ``http://<host>:<dq_docs_port>/``. A page outside that folder keeps its file URL.
-    """
-    parsed = urllib.parse.urlparse(file_url)
-    if parsed.scheme != "file":
-        return file_url
-    try:
-        rel = Path(urllib.parse.unquote(parsed.path)).relative_to(data_docs_dir(settings))
-    except ValueError:
-        return file_url
-    return f"http://{settings.host}:{settings.dq_docs_port}/{urllib.parse.quote(rel.as_posix())}"
-
-
-def served_path(settings: Settings, url: str) -> Path:
-    """The file under :func:`data_docs_dir` that :func:`served_url`'s ``url`` serves."""
-    return data_docs_dir(settings) / urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "whole"

@@ -181,12 +181,12 @@ def build_trend_page(spark: SparkSession, settings: Settings, now: datetime | No
     """Write ``trend.html`` into the served Data Docs site from ``ops.dq_results`` and link it from the index."""
     from datetime import UTC
 
-    from spark_jobs.quality.runner import _project_lock, data_docs_dir
+    from spark_jobs.quality.docs import data_docs_dir, project_lock
 
     trend = trend_points(spark)
     page = render_trend_page(trend, now or datetime.now(UTC))
     site = data_docs_dir(settings)
-    with _project_lock(settings):
+    with project_lock(settings):
         site.mkdir(parents=True, exist_ok=True)
         _write(site / TREND_PAGE, page)
         link_trend(site)

@@ -11,9 +11,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from spark_jobs.quality.docs import data_docs_dir
 from spark_jobs.session import write_private
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.services import data_docs_site, java_bin, pg_bin, pg_dirs, venv_bin
+from spark_jobs.stack.services import java_bin, pg_bin, pg_dirs, venv_bin
 from spark_jobs.stack.supervisor import StackError
 
 
@@ -290,7 +291,7 @@ def ensure_pools(home: Path, env: dict[str, str]) -> None:
 
 def prepare_data_docs(settings: Settings) -> None:
     """The Data Docs folder the ``dq-docs`` server serves, with a placeholder until the first validation."""
-    site = data_docs_site(settings)
+    site = data_docs_dir(settings)
     site.mkdir(parents=True, exist_ok=True)
     index = site / "index.html"
     if not index.exists():

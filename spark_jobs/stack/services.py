@@ -153,11 +153,6 @@ def venv_bin() -> Path:
     return Path(sys.executable).parent
 
 
-def data_docs_site(settings: Settings) -> Path:
-    """The GX Data Docs site the ``dq-docs`` service serves (what ``spark_jobs.quality.runner.data_docs_dir`` builds)."""
-    return settings.state_dir / "dq" / "gx" / "uncommitted" / "data_docs" / "local_site"
-
-
 def base_env(settings: Settings) -> dict[str, str]:
     """Environment every supervised program gets (PATH with our venv first)."""
     path = f"{venv_bin()}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
@@ -426,22 +421,21 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=180,
         hint="the Spark Connect server needs the metastore and MinIO",
     )
-    # The data-quality report: GX Data Docs are static HTML rebuilt by every validation; a plain static
-    # server on loopback is all they need (no GX process stays up).
-    docs_dir = data_docs_site(settings)
+    # The data-quality report: serves the GX Data Docs site and renders the pages validation tasks queue
+    # (spark_jobs.quality.docs_server), so no task waits for GX's index rebuild.
     dq_docs = Service(
         name="dq-docs",
         programs=(Program(
             name="dq-docs",
-            command=[sys.executable, "-m", "http.server", str(settings.dq_docs_port), "--bind", host,
-                     "--directory", str(docs_dir)],
+            command=[sys.executable, "-m", "spark_jobs.quality.docs_server", "--bind", host,
+                     "--port", str(settings.dq_docs_port)],
             env=env,
         ),),
         ports=(settings.dq_docs_port,),
         endpoint=f"http://{host}:{settings.dq_docs_port}/",
         probe=health.dq_docs,
         start_timeout=30,
-        hint="a static file server of the Data Docs folder (created by `lake stack up`)",
+        hint="serves and renders the Data Docs site (<state dir>/dq/gx/uncommitted/data_docs/local_site)",
     )
     af_env = {**env, **airflow_env(settings)}
     airflow_bin = str(venv_bin() / "airflow")

@@ -14,8 +14,9 @@ every loadgen range in use (history seeds own ``[(K+1)M, (K+2)M)`` from seed 101
    transform then passes the same gate and is written.
 3. One ``lake_dq_streaming`` run (REST, ``conf.settle_seconds = 0``: the stream was waited for, so every change is
    judged at once, no wall-clock settle window) checks the live tables; its tasks fail only on ``block``; the bad
-   order is reported by ``silver.orders``' ``total_equals_items``; the Data Docs site served by ``dq-docs`` lists
-   the run.
+   order is reported by ``silver.orders``' ``total_equals_items``; an order loaded without its customer (FK
+   triggers off) fails ``silver__orders`` on the ``block`` rule ``customer_exists``; once the customer arrives,
+   clearing that task (REST) makes it pass in the same run. The Data Docs site served by ``dq-docs`` lists the run.
 4. A real browser (headless Chromium) opens the served site from the stack's port, finds the failed expectation on
    that run's ``silver.orders`` page and the plot on the trend page; screenshots in ``<state dir>/artifacts/``.
 5. ``lake dq status --json`` / ``lake dq history`` show those verdicts.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -171,25 +173,21 @@ def task_states(client: AirflowClient, dag_id: str, run_id: str) -> dict[str, st
 
 
 def task_log(client: AirflowClient, dag_id: str, run_id: str, task_id: str) -> str:
-    rid = urllib.parse.quote(run_id, safe="")
-    tis = [t for t in client.task_instances(dag_id, run_id) if t["task_id"] == task_id]
-    tries = int(tis[0].get("try_number") or 1) if tis else 1
-    doc = client._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances/{task_id}/logs/{tries}"
-                              "?full_content=true")
-    content = doc.get("content") if isinstance(doc, dict) else doc
-    return json.dumps(content, default=str, ensure_ascii=False) if not isinstance(content, str) else content
+    return client.task_log(dag_id, run_id, task_id)
 
 
 @contextmanager
-def dq_streaming_unpaused(client: AirflowClient, run_id: str) -> Iterator[Any]:
-    """Trigger a ``lake_dq_streaming`` run ``run_id`` (settle 0) with the DAG unpaused while the block runs.
+def dq_streaming_unpaused(client: AirflowClient, run_id: str, *, new_run: bool = True) -> Iterator[Any]:
+    """``lake_dq_streaming`` unpaused while the block runs, with a run ``run_id`` (settle 0) triggered first unless
+    ``new_run`` is False (a cleared task of an existing run is scheduled only while the DAG is unpaused).
 
     Yields a callable for wait loops: unpausing lets the scheduler create the latest scheduled run too, not ours
     to run (it doubles the load on two cores), so a queued one is deleted; a running one is left to finish.
     """
     client.wait_for_dag(DQ_DAG)
     was_paused = bool(client._call("GET", f"/api/v2/dags/{DQ_DAG}")["is_paused"])
-    trigger(client, DQ_DAG, run_id, {"settle_seconds": 0})
+    if new_run:
+        trigger(client, DQ_DAG, run_id, {"settle_seconds": 0})
     client.unpause(DQ_DAG)
 
     def drop_scheduled_queued() -> None:
@@ -463,6 +461,8 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
     # cross-table rules judge our orders now instead of after the default 10-minute settle time.
     ids = ", ".join(str(i) for i in ORDER_IDS)
     assert _rows(spark, f"SELECT count(*) AS n FROM silver.orders WHERE order_id IN ({ids})")[0]["n"] == len(ORDER_IDS)
+    _load_orphan_order(stack, state.day - timedelta(days=1))
+    _wait_stream()
     client = AirflowClient(stack)
     run_id = f"manual__dqtest_{uuid.uuid4().hex[:8]}"
     with dq_streaming_unpaused(client, run_id) as drop_scheduled_queued:
@@ -485,6 +485,10 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
             assert table in log and blocking[0] in log, log[-3000:]
         state.validated[table] = max(r["validated_at"] for r in results.values())
     assert final == ("success" if set(tasks.values()) == {"success"} else "failed")
+    # The orphan order (no customer yet) fails silver.orders' block rule customer_exists, naming the order.
+    assert tasks["silver__orders"] == "failed", tasks
+    log = task_log(client, DQ_DAG, run_id, "silver__orders")
+    assert "FAILED [block] customer_exists" in log and str(ORPHAN_ORDER) in log, log[-3000:]
 
     totals = _results(spark, run_id, "silver.orders")["total_equals_items"]
     assert totals["success"] is False and totals["severity"] == "warn", totals
@@ -519,12 +523,9 @@ ORPHAN_ORDER = 9_100_010
 ORPHAN_CUSTOMER = 9_100_098
 
 
-def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Settings, state: DqState) -> None:
+def _load_orphan_order(stack: Settings, day: date) -> None:
     """A load with foreign-key triggers off (session_replication_role = replica, as bulk loaders and logical
-    replicas run) leaves an order without its customer: lake_dq_streaming's silver__orders task fails on the
-    customer_exists block rule, naming the order. The customer then arrives (the data is fixed), the failed task
-    is cleared through the REST API, and it passes."""
-    day = state.day - timedelta(days=1)
+    replicas run) leaves an order without its customer. The state fixture's teardown deletes it again."""
     dsn = stack.pg_dsn(stack.pg_shop_db)
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM orders WHERE order_id = %s", (ORPHAN_ORDER,))  # an earlier run's rows
@@ -535,40 +536,34 @@ def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Se
                     "VALUES (%s, %s, 'pending', 'EUR', 0, %s, %s)",
                     (ORPHAN_ORDER, ORPHAN_CUSTOMER, _at(day, 10, 0), _at(day, 10, 0)))
     conn.close()
-    client = AirflowClient(stack)
-    run_id = f"manual__dqtest_orphan_{uuid.uuid4().hex[:8]}"
-    try:
-        _wait_stream()
-        with dq_streaming_unpaused(client, run_id) as drop_scheduled_queued:
-            assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
-                             while_waiting=drop_scheduled_queued) == "failed"
-            log = task_log(client, DQ_DAG, run_id, "silver__orders")
-            assert "FAILED [block] customer_exists" in log and str(ORPHAN_ORDER) in log, log[-3000:]
 
-            # Fix the data: the customer arrives through the normal path; then clear the failed task.
-            with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-                cur.execute("INSERT INTO customers (customer_id, email, full_name, country, loyalty_tier, created_at, "
-                            "updated_at) VALUES (%s, %s, 'Late Arrival', 'DE', 'bronze', %s, %s)",
-                            (ORPHAN_CUSTOMER, f"dq-test-{ORPHAN_CUSTOMER}@example.com", _at(day, 9, 0),
-                             _at(day, 9, 0)))
-            conn.close()
-            _wait_stream()
-            cleared = client._call("POST", f"/api/v2/dags/{DQ_DAG}/clearTaskInstances", {
-                "dry_run": False, "dag_run_id": run_id, "task_ids": ["silver__orders"], "only_failed": True,
-                "reset_dag_runs": True})
-            assert [t["task_id"] for t in cleared["task_instances"]] == ["silver__orders"], cleared
-            deadline = time.monotonic() + 120  # the clear resets the task; wait until it is no longer "failed"
-            while task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed" \
-                    and time.monotonic() < deadline:
-                time.sleep(2)
-            assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
-                             while_waiting=drop_scheduled_queued) == "success", \
-                task_log(client, DQ_DAG, run_id, "silver__orders")[-3000:]
-    finally:
-        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-            cur.execute("DELETE FROM orders WHERE order_id = %s", (ORPHAN_ORDER,))
-            cur.execute("DELETE FROM customers WHERE customer_id = %s", (ORPHAN_CUSTOMER,))
-        conn.close()
+
+def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Settings, state: DqState) -> None:
+    """The lake_dq_streaming run above failed silver__orders on the orphan order (customer_exists, block). The
+    customer then arrives through the normal path (the data is fixed), the failed task is cleared through the
+    REST API, and it passes: same run, no new one."""
+    assert state.dq_run, "the lake_dq_streaming test ran"
+    client = AirflowClient(stack)
+    run_id = state.dq_run
+    assert task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed"
+    day = state.day - timedelta(days=1)
+    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO customers (customer_id, email, full_name, country, loyalty_tier, created_at, "
+                    "updated_at) VALUES (%s, %s, 'Late Arrival', 'DE', 'bronze', %s, %s)",
+                    (ORPHAN_CUSTOMER, f"dq-test-{ORPHAN_CUSTOMER}@example.com", _at(day, 9, 0), _at(day, 9, 0)))
+    conn.close()
+    _wait_stream()
+    with dq_streaming_unpaused(client, run_id, new_run=False) as drop_scheduled_queued:
+        cleared = client._call("POST", f"/api/v2/dags/{DQ_DAG}/clearTaskInstances", {
+            "dry_run": False, "dag_run_id": run_id, "task_ids": ["silver__orders"], "only_failed": True,
+            "reset_dag_runs": True})
+        assert [t["task_id"] for t in cleared["task_instances"]] == ["silver__orders"], cleared
+        deadline = time.monotonic() + 120  # the clear resets the task; wait until it is no longer "failed"
+        while task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed" and time.monotonic() < deadline:
+            time.sleep(2)
+        assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
+                         while_waiting=drop_scheduled_queued) == "success", \
+            task_log(client, DQ_DAG, run_id, "silver__orders")[-3000:]
 
 
 def _wait_stream() -> None:
@@ -624,11 +619,19 @@ def test_data_docs_in_a_browser_show_the_failure_and_the_trend(stack: Settings, 
         assert (artifacts / name).stat().st_size > 0, name
 
 
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=60) as resp:
-        body: bytes = resp.read()
-        assert resp.status == 200, (url, resp.status)
-    return body.decode("utf-8", "replace")
+def _get(url: str, wait: float = 60) -> str:
+    """GET a served page; a 404 is retried for ``wait`` seconds (dq-docs renders a task's page after the task)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp:
+                body: bytes = resp.read()
+                assert resp.status == 200, (url, resp.status)
+            return body.decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 # ------------------------------------------------------------------------------------------- 5. lake dq CLI

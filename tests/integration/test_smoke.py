@@ -11,6 +11,8 @@ import urllib.request
 import uuid
 from typing import Any
 
+import pytest
+
 from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack.services import airflow_env, base_env
@@ -90,7 +92,12 @@ def test_lake_smoke_dag_triggered_through_the_rest_api(stack: Settings) -> None:
     while state not in {"success", "failed"} and time.monotonic() < deadline:
         time.sleep(5)
         state = _api(stack, "GET", f"/api/v2/dags/lake_smoke/dagRuns/{run_id}", token)["state"]
-    assert state == "success", f"dag run {run_id} ended {state}; see {stack.log_dir}/airflow-tasks"
+    if state != "success":
+        from spark_jobs.airflow_api import AirflowClient
+
+        log = AirflowClient(stack).task_log("lake_smoke", run_id, "write_and_read_back", try_number=1)
+        pytest.fail(f"dag run {run_id} ended {state}; first try's log (all under {stack.log_dir}/airflow-tasks):\n"
+                    + "\n".join(log.splitlines()[:60]))
     assert _rows(stack, run_id) == [{"n": n, "square": n * n} for n in range(1, 4)]
 
 

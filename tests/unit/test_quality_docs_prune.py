@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_jobs.quality.runner import prune_validations
+from spark_jobs.quality.docs import prune_validations
 
 
 def _validation(project: Path, suite: str, run_id: str, run_time: str) -> tuple[Path, Path]:

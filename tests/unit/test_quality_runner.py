@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from spark_jobs.quality import runner
+from spark_jobs.quality import docs, runner
 from spark_jobs.quality.store import quarantine_frame, results_rows
 from spark_jobs.quality.suites import parse_suite
 
@@ -164,11 +164,11 @@ def test_data_docs_site_is_built(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("LAKE_STATE_DIR", str(tmp_path))
     settings = load_settings()
     out = run(spark, orders(spark, CLEAN), suite(with_severity(STATUS, "warn")), settings=settings, build_docs=True)
-    site = runner.data_docs_dir(settings)
+    site = docs.data_docs_dir(settings)
     assert (site / "index.html").is_file()
     # The URL the log shows is the page on the stack's dq-docs server, which serves this folder.
     assert out.docs_url and out.docs_url.startswith(f"http://{settings.host}:{settings.dq_docs_port}/validations/")
-    page = runner.served_path(settings, out.docs_url)
+    page = docs.served_path(settings, out.docs_url)
     assert page.is_file()
     assert page.relative_to(site).parts[:3] == ("validations", "gold", "fct_orders")
     assert "pending" in page.read_text()  # the rendered value set of status_known
@@ -240,3 +240,19 @@ def test_settle_seconds_fills_the_placeholder_and_must_not_be_negative():
     assert runner.query_params("silver.orders", None, NOW, None, settle_seconds=0)["settle_seconds"] == "0"
     with pytest.raises(ValueError, match="settle_seconds=-1 must be >= 0"):
         runner.query_params("silver.orders", None, NOW, None, settle_seconds=-1)
+
+
+def test_a_queued_validation_is_rendered_by_the_docs_service_round(spark, tmp_path, monkeypatch):
+    """What an Airflow task does (store and queue, no render) and what the dq-docs service then renders."""
+    from spark_jobs.settings import load_settings
+
+    monkeypatch.setenv("LAKE_STATE_DIR", str(tmp_path))
+    settings = load_settings()
+    out = run(spark, orders(spark, CLEAN), suite(with_severity(STATUS, "warn")), settings=settings, build_docs=True,
+              render_docs=False)
+    page = docs.served_path(settings, out.docs_url or "")
+    assert not page.exists() and len(list(docs.queue_dir(settings).glob("*.json"))) == 1
+    assert docs.render_queued(settings) == 1
+    assert page.is_file() and (docs.data_docs_dir(settings) / "index.html").is_file()
+    assert not list(docs.queue_dir(settings).glob("*.json"))
+    assert docs.render_queued(settings) == 0
