@@ -171,7 +171,7 @@ def slot_health(settings: Settings) -> dict[str, Any]:
     import psycopg2
 
     try:
-        with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, \
+        with psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5) as conn, \
                 conn.cursor() as cur:
             cur.execute("SELECT wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
             row = cur.fetchone()
@@ -217,7 +217,7 @@ def slot_positions(settings: Settings) -> tuple[int, int] | None:
     """(current WAL position, slot's confirmed flush position) in bytes, or None without a confirmed slot."""
     import psycopg2
 
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, conn.cursor() as cur:
+    with psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, confirmed_flush_lsn - '0/0'::pg_lsn "
                     "FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
         row = cur.fetchone()

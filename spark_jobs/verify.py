@@ -41,7 +41,7 @@ def pg_rows(settings: Settings, table: str) -> list[dict[str, Any]]:
     if not _TABLE_NAME.match(table):
         raise ValueError(f"{table!r} is not a plain table name (lowercase letters, digits, _)")
     try:
-        conn = psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5)
+        conn = psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5)
     except psycopg2.OperationalError as exc:
         raise RuntimeError(f"cannot connect to PostgreSQL at {settings.pg_host}:{settings.pg_port}: "
                            f"{str(exc).strip()}; start it with `lake stack up`") from exc
@@ -199,7 +199,7 @@ def verify_cdc(settings: Settings) -> dict[str, list[str]]:
 def _pg_columns(settings: Settings, table: str) -> dict[str, str]:
     import psycopg2
 
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5) as conn, conn.cursor() as cur:
+    with psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5) as conn, conn.cursor() as cur:
         cur.execute("SELECT column_name, data_type FROM information_schema.columns "
                     "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position", (table,))
         cols = {str(r[0]): str(r[1]) for r in cur.fetchall()}

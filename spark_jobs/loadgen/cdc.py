@@ -1069,7 +1069,7 @@ def connect(settings: Settings) -> PgConnection:
     import psycopg2
 
     try:
-        return psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5,
+        return psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5,
                                 application_name="lake-loadgen-cdc")
     except psycopg2.OperationalError as exc:
         raise LoadgenError(

@@ -319,7 +319,7 @@ def load_users(settings: Settings) -> list[int]:
     import psycopg2
 
     try:
-        conn = psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=5,
+        conn = psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5,
                                 application_name="lake-loadgen-events")
     except psycopg2.OperationalError as exc:
         raise LoadgenError(f"cannot read users from PostgreSQL at {settings.pg_host}:{settings.pg_port} "

@@ -148,6 +148,7 @@ def _after_start(settings: Settings, service: Service) -> None:
     elif service.name == "postgres":
         bootstrap.configure_postgres(settings)
         bootstrap.migrate_shop(settings)
+        bootstrap.secure_shop(settings)
     elif service.name == "airflow":  # also on a running Airflow: pools added by an upgrade appear
         bootstrap.ensure_pools(settings.state_dir / "airflow", {**os.environ, **base_env(settings),
                                                                 **airflow_env(settings)})

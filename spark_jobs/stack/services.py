@@ -174,7 +174,7 @@ def base_env(settings: Settings) -> dict[str, str]:
 def airflow_env(settings: Settings) -> dict[str, str]:
     """Airflow 3 configuration as ``AIRFLOW__*`` variables (no airflow.cfg edits)."""
     home = settings.state_dir / "airflow"
-    db = (f"postgresql+psycopg2://{settings.pg_superuser}:{settings.pg_password}"
+    db = (f"postgresql+psycopg2://{settings.pg_airflow_user}:{settings.pg_airflow_password}"
           f"@{settings.pg_host}:{settings.pg_port}/{settings.airflow_db}")
     spark_conn = '{"conn_type": "spark", "host": "' + settings.spark_master + '"}'
     return {
@@ -480,8 +480,8 @@ def template_values(settings: Settings) -> dict[str, str]:
         "PG_PORT": str(settings.pg_port),
         "PG_SOCKET_DIR": str(pg_dirs(settings)[1]),
         "PG_HOST": settings.pg_host,
-        "PG_USER": settings.pg_superuser,
-        "PG_PASSWORD": settings.pg_password,
+        "METASTORE_DB_USER": settings.pg_metastore_user,  # owner of the metastore database, not a superuser
+        "METASTORE_DB_PASSWORD": settings.pg_metastore_password,
         "METASTORE_DB": settings.metastore_db,
         "WAREHOUSE": settings.warehouse_uri,
         "S3_ENDPOINT": settings.s3_endpoint,

@@ -117,7 +117,7 @@ def source_column_types(settings: Settings, schema: str, table: str, names: Sequ
     import psycopg2
 
     try:
-        conn = psycopg2.connect(settings.pg_dsn(settings.pg_shop_db), connect_timeout=10,
+        conn = psycopg2.connect(settings.pg_app_dsn(), connect_timeout=10,
                                 application_name="lake-stream")
     except psycopg2.OperationalError as exc:
         raise RuntimeError(f"{QUERY}: cannot read the type of new column(s) {list(names)} of {schema}.{table} from "

@@ -17,7 +17,9 @@ SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3se
            "LAKE_PG_PASSWORD": "pgpasswordvalue123", "LAKE_CDC_PASSWORD": "cdcpasswordvalue123",
            "LAKE_MINIO_ROOT_USER": "rootuserxyz", "LAKE_MINIO_ROOT_PASSWORD": "minioRootPassword123",
            "LAKE_AIRFLOW_ADMIN_PASSWORD": "airflowAdminPw123", "LAKE_AIRFLOW_SECRET_KEY": "airflowSecretKey123",
-           "LAKE_SPARK_CONNECT_TOKEN": "sparkConnectToken123"}
+           "LAKE_SPARK_CONNECT_TOKEN": "sparkConnectToken123",
+           "LAKE_PG_AIRFLOW_PASSWORD": "pgAirflowPw123", "LAKE_PG_METASTORE_PASSWORD": "pgMetastorePw123",
+           "LAKE_PG_APP_PASSWORD": "pgAppPw123"}
 
 
 @pytest.fixture
