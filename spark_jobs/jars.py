@@ -8,6 +8,7 @@ transitive closure from Maven carries older jackson/scala/hadoop copies).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -27,9 +28,25 @@ def artifact_name(jar: str) -> str:
 
 
 def pyspark_home() -> Path:
+    """The Spark installation pyspark ships (``bin/``, ``jars/``).
+
+    A Python job under ``spark-submit`` imports pyspark from ``<SPARK_HOME>/python/lib/pyspark.zip``, whose
+    folder has no ``jars/``: the installation is then ``SPARK_HOME``. Without it, every cached jar looked
+    "not provided by Spark", and a job's session rewrote spark-defaults.conf with old jackson/scala/slf4j copies
+    ahead of Spark's own, breaking the next JVM (``NoClassDefFoundError: ... SparkThrowableHelper$``).
+    """
     import pyspark
 
-    return Path(pyspark.__file__).resolve().parent
+    home = Path(pyspark.__file__).resolve().parent
+    if (home / "jars").is_dir():
+        return home
+    candidates = [Path(os.environ["SPARK_HOME"])] if os.environ.get("SPARK_HOME") else []
+    candidates += [p for p in home.parents if p.name == "pyspark"]
+    for candidate in candidates:
+        if (candidate / "jars").is_dir():
+            return candidate
+    raise MissingArtifactError(f"Spark's jars/ folder is neither next to pyspark ({home}) nor in SPARK_HOME "
+                               f"({os.environ.get('SPARK_HOME', 'unset')}); reinstall with `make setup`")
 
 
 def jar_group_dir(settings: Settings, group: str) -> Path:
