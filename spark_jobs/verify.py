@@ -177,10 +177,11 @@ def verify_cdc(settings: Settings) -> dict[str, list[str]]:
     all lists empty means silver equals the source.
     """
     from spark_jobs.contracts.shop import CDC_TABLES
-    from spark_jobs.session import build_session
+    from spark_jobs.session import connect_session
 
-    spark = build_session(settings, "lake-verify")
-    spark.sparkContext.setLogLevel("ERROR")
+    # The stack's Spark Connect server, like `lake gold build`: a client costs ~1 s, a JVM of its own ~20 s
+    # (the kill tests verify a dozen times per run).
+    spark = connect_session(settings)
     out: dict[str, list[str]] = {}
     for contract in CDC_TABLES.values():
         expected = pg_rows(settings, contract.table)
