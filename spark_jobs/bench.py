@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from spark_jobs.loadgen.cdc import DEFAULT_CONNECTIONS
+from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 from spark_jobs.settings import Settings
 
 
@@ -168,7 +168,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     from functools import partial
 
     from spark_jobs import stream_control
-    from spark_jobs.loadgen.cdc import run
+    from spark_jobs.loadgen.cdc.runner import run
     from spark_jobs.session import build_session
 
     loadgen = partial(run, connections=connections)

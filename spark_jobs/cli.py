@@ -194,7 +194,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from spark_jobs.loadgen import history as loadgen_history
 
             return loadgen_history.main(args.args)
-        from spark_jobs.loadgen import cdc as loadgen_cdc
+        from spark_jobs.loadgen.cdc import cli as loadgen_cdc
 
         return loadgen_cdc.main(args.args)
     if args.command == "bench":

@@ -40,7 +40,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Literal
 
 from spark_jobs.contracts.events import SCHEMA_VERSION, format_event_time
-from spark_jobs.loadgen.cdc import CITIES, COUNTRIES, NAMES, PRODUCT_NAMES, TIERS
+from spark_jobs.loadgen.cdc.rows import CITIES, COUNTRIES, NAMES, PRODUCT_NAMES, TIERS
 
 ID_SPAN = 1_000_000  # ids per seed and table
 MAX_SEED = 999_999  # keeps ids < 10**12

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import psycopg2
 import pytest
 
-from spark_jobs.loadgen.cdc import run as run_loadgen
+from spark_jobs.loadgen.cdc.runner import run as run_loadgen
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health, supervisor
 from tests.integration.conftest import run_lake

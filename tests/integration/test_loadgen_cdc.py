@@ -15,19 +15,12 @@ from decimal import Decimal
 import psycopg2
 import pytest
 
-from spark_jobs.loadgen.cdc import (
-    NEW_ID_FLOOR,
-    TABLES,
-    Item,
-    LoadgenError,
-    LoadReport,
-    ShopState,
-    load_state,
-    order_total,
-    plan_digest,
-    plan_ops,
-    run,
-)
+from spark_jobs.loadgen.cdc.execute import LoadgenError, LoadReport
+from spark_jobs.loadgen.cdc.model import NEW_ID_FLOOR, Item, ShopState, load_state
+from spark_jobs.loadgen.cdc.plan import TABLES, plan_digest
+from spark_jobs.loadgen.cdc.planner import plan_ops
+from spark_jobs.loadgen.cdc.rows import order_total
+from spark_jobs.loadgen.cdc.runner import run
 from spark_jobs.settings import Settings
 from spark_jobs.verify import diff_tables, pg_rows
 

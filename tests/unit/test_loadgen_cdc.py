@@ -10,30 +10,18 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.loadgen.cdc import (
-    BIG_TEXT_CHARS,
-    OP_WEIGHTS,
-    PRELUDE,
-    Item,
-    Op,
-    Planner,
-    Pool,
-    ShopState,
-    Stmt,
-    TokenBucket,
-    WeightedChooser,
-    iter_changes,
-    main,
-    order_total,
-    plan_digest,
-    plan_ops,
-)
+from spark_jobs.loadgen.cdc.cli import main
+from spark_jobs.loadgen.cdc.model import Item, Pool, ShopState
+from spark_jobs.loadgen.cdc.pacing import TokenBucket
+from spark_jobs.loadgen.cdc.plan import Op, Stmt, iter_changes, plan_digest
+from spark_jobs.loadgen.cdc.planner import OP_WEIGHTS, PRELUDE, Planner, WeightedChooser, plan_ops
+from spark_jobs.loadgen.cdc.rows import BIG_TEXT_CHARS, order_total
 from spark_jobs.verify import MAX_DIFF_LINES, diff_tables, normalise_spark_rows
 
 
 def seeded_state() -> ShopState:
     """The model of the migration's snapshot rows (V001__shop_schema.sql)."""
-    from spark_jobs.loadgen.cdc import Order
+    from spark_jobs.loadgen.cdc.model import Order
 
     st = ShopState()
     st.add_customer(1, n_orders=1)

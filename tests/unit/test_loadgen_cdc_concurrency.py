@@ -16,8 +16,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from spark_jobs.loadgen import cdc
-from spark_jobs.loadgen.cdc import Key, LoadgenError, Op, Planner, Scheduler, Stmt, plan_digest, plan_ops
+from spark_jobs.loadgen.cdc import runner, schedule
+from spark_jobs.loadgen.cdc.execute import LoadgenError
+from spark_jobs.loadgen.cdc.plan import Key, Op, Stmt, plan_digest
+from spark_jobs.loadgen.cdc.planner import Planner, plan_ops
+from spark_jobs.loadgen.cdc.schedule import Scheduler
 
 from .test_loadgen_cdc import seeded_state
 
@@ -167,9 +170,9 @@ def recording(monkeypatch):
         return op
 
     monkeypatch.setattr(Planner, "next_op", planned)
-    monkeypatch.setattr(cdc, "Executor", RecordingExecutor)
-    monkeypatch.setattr(cdc, "connect", lambda settings: _NoConnection())
-    monkeypatch.setattr(cdc, "load_state", lambda cur: seeded_state())
+    monkeypatch.setattr(schedule, "Executor", RecordingExecutor)
+    monkeypatch.setattr(runner, "connect", lambda settings: _NoConnection())
+    monkeypatch.setattr(runner, "load_state", lambda cur: seeded_state())
     return RecordingExecutor
 
 
@@ -178,7 +181,7 @@ def _conflict(a: Op, b: Op) -> frozenset[Key]:
 
 
 def test_run_overlaps_only_ops_on_disjoint_rows_and_keeps_the_plan_order_of_the_rest(recording):
-    report = cdc.run(None, rate=1e9, duration=60, seed=7, max_changes=4000, connections=4)  # type: ignore[arg-type]
+    report = runner.run(None, rate=1e9, duration=60, seed=7, max_changes=4000, connections=4)  # type: ignore[arg-type]
     ops = recording.planned[:sum(report.ops.values())]  # the planner may have planned one op it did not submit
     assert report.digest == plan_digest(ops) == plan_digest(plan_ops(seeded_state(), 7, len(ops)))
     when = {id(op): (start, end) for op, start, end in recording.log}
@@ -197,14 +200,14 @@ def test_run_overlaps_only_ops_on_disjoint_rows_and_keeps_the_plan_order_of_the_
 
 
 def test_one_connection_runs_the_plan_in_order(recording):
-    report = cdc.run(None, rate=1e9, duration=60, seed=3, max_changes=500, connections=1)  # type: ignore[arg-type]
+    report = runner.run(None, rate=1e9, duration=60, seed=3, max_changes=500, connections=1)  # type: ignore[arg-type]
     assert [id(op) for op, _, _ in recording.log] == [id(op) for op in recording.planned[:sum(report.ops.values())]]
 
 
 def test_a_failed_op_stops_the_run_and_nothing_waiting_on_it_runs(recording):
     recording.fail_on = "customer_reinsert"  # the prelude's second op
     with pytest.raises(LoadgenError, match="customer_reinsert' failed on purpose"):
-        cdc.run(None, rate=1e9, duration=60, seed=5, max_changes=2000, connections=3)  # type: ignore[arg-type]
+        runner.run(None, rate=1e9, duration=60, seed=5, max_changes=2000, connections=3)  # type: ignore[arg-type]
     ran = {id(op) for op, _, _ in recording.log}
     position = next(i for i, op in enumerate(recording.planned) if op.name == "customer_reinsert")
     failed = recording.planned[position]
@@ -215,7 +218,7 @@ def test_a_failed_op_stops_the_run_and_nothing_waiting_on_it_runs(recording):
 
 def test_connections_must_be_positive():
     with pytest.raises(ValueError, match="connections must be >= 1"):
-        cdc.run(None, rate=10, duration=1, seed=0, connections=0)  # type: ignore[arg-type]
+        runner.run(None, rate=10, duration=1, seed=0, connections=0)  # type: ignore[arg-type]
 
 
 def test_row_sets_do_not_change_the_plan():
