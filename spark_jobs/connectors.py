@@ -149,8 +149,34 @@ def status_report(settings: Settings) -> list[dict[str, Any]]:
                        "slot_lag_bytes": _slot_lag(settings),
                        "wal_status": slot.get("wal_status"), "safe_wal_size": slot.get("safe_wal_size"),
                        "slot_lost": slot.get("wal_status") == "lost",
-                       "warnings": slot_warnings(settings, name, slot)})
+                       "warnings": state_warnings(settings, name, st) + slot_warnings(settings, name, slot)})
     return report
+
+
+def state_warnings(settings: Settings, connector: str, status: dict[str, Any]) -> list[str]:
+    """A connector or task that is not RUNNING, with what to do. FAILED also turns ``connect`` DOWN in
+    ``lake stack status``; UNASSIGNED (no worker took it: a rebalance, or a worker gone) and PAUSED only warn
+    here, because both are normal for a moment."""
+    restart = f"curl -X POST '{settings.connect_url}/connectors/{connector}/restart?includeTasks=true'"
+    parts = [("connector", status.get("connector") or {})]
+    parts += [(f"task {t.get('id')}", t) for t in status.get("tasks") or []]
+    out = []
+    for what, part in parts:
+        state = part.get("state")
+        if state == "UNASSIGNED":
+            out.append(f"{connector} {what} is UNASSIGNED (worker {part.get('worker_id', '?')}): no Connect worker "
+                       f"runs it, so no change is captured. If it stays so, check `lake stack status` and "
+                       f"`lake stack logs connect`, then: {restart}")
+        elif state == "PAUSED":
+            out.append(f"{connector} {what} is PAUSED: nothing is captured until "
+                       f"curl -X PUT {settings.connect_url}/connectors/{connector}/resume")
+        elif state == "FAILED":
+            trace = (part.get("trace") or "no trace").strip().splitlines()
+            out.append(f"{connector} {what} FAILED: {trace[0] if trace else 'no trace'}; after fixing the cause: "
+                       f"{restart}")
+    if not status.get("tasks") and (status.get("connector") or {}).get("state") == "RUNNING":
+        out.append(f"{connector} is RUNNING with no task: nothing is captured; {restart}")
+    return out
 
 
 SLOT = "lakestream_shop"

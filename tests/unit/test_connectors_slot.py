@@ -67,3 +67,25 @@ def test_cdc_topics_are_created_with_the_retention_settings(tmp_path: Path) -> N
     _name, config = load_connector(CONNECTORS_DIR / "shop-postgres.json", settings)
     assert config["topic.creation.default.retention.ms"] == "86400000"
     assert config["topic.creation.default.retention.bytes"] == "-1"
+
+
+def test_an_unassigned_or_paused_task_is_named_with_what_to_do(settings: Settings) -> None:
+    from spark_jobs.connectors import state_warnings
+
+    running = {"connector": {"state": "RUNNING"}, "tasks": [{"id": 0, "state": "RUNNING"}]}
+    assert state_warnings(settings, "shop-postgres", running) == []
+    unassigned = {"connector": {"state": "RUNNING"},
+                  "tasks": [{"id": 0, "state": "UNASSIGNED", "worker_id": "127.0.0.1:18083"}]}
+    [warning] = state_warnings(settings, "shop-postgres", unassigned)
+    assert warning.startswith("shop-postgres task 0 is UNASSIGNED (worker 127.0.0.1:18083)")
+    assert f"{settings.connect_url}/connectors/shop-postgres/restart?includeTasks=true" in warning
+    paused = {"connector": {"state": "PAUSED"}, "tasks": [{"id": 0, "state": "PAUSED"}]}
+    assert [w.split(" is ")[0] for w in state_warnings(settings, "shop-postgres", paused)] == [
+        "shop-postgres connector", "shop-postgres task 0"]
+    failed = {"connector": {"state": "RUNNING"},
+              "tasks": [{"id": 0, "state": "FAILED", "trace": "org.x.ConnectException: slot gone\n\tat y"}]}
+    [warning] = state_warnings(settings, "shop-postgres", failed)
+    assert "task 0 FAILED: org.x.ConnectException: slot gone;" in warning
+    assert state_warnings(settings, "shop-postgres", {"connector": {"state": "RUNNING"}, "tasks": []}) == [
+        "shop-postgres is RUNNING with no task: nothing is captured; curl -X POST "
+        f"'{settings.connect_url}/connectors/shop-postgres/restart?includeTasks=true'"]
