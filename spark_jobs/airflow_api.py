@@ -12,6 +12,7 @@ import json
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
@@ -105,8 +106,6 @@ class AirflowClient:
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int | None = None) -> str:
         """The task's log (its latest try unless ``try_number``) as Airflow's API serves it."""
-        import urllib.parse
-
         rid = urllib.parse.quote(run_id, safe="")
         if try_number is None:
             tis = [t for t in self.task_instances(dag_id, rid) if t["task_id"] == task_id]

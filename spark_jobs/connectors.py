@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.stack.health import failure_line, status_parts
 from spark_jobs.stack.services import render_template, template_values
 
 CONNECTORS_DIR = REPO_ROOT / "connectors"
@@ -158,10 +159,8 @@ def state_warnings(settings: Settings, connector: str, status: dict[str, Any]) -
     ``lake stack status``; UNASSIGNED (no worker took it: a rebalance, or a worker gone) and PAUSED only warn
     here, because both are normal for a moment."""
     restart = f"curl -X POST '{settings.connect_url}/connectors/{connector}/restart?includeTasks=true'"
-    parts = [("connector", status.get("connector") or {})]
-    parts += [(f"task {t.get('id')}", t) for t in status.get("tasks") or []]
     out = []
-    for what, part in parts:
+    for what, part in status_parts(status):
         state = part.get("state")
         if state == "UNASSIGNED":
             out.append(f"{connector} {what} is UNASSIGNED (worker {part.get('worker_id', '?')}): no Connect worker "
@@ -171,9 +170,7 @@ def state_warnings(settings: Settings, connector: str, status: dict[str, Any]) -
             out.append(f"{connector} {what} is PAUSED: nothing is captured until "
                        f"curl -X PUT {settings.connect_url}/connectors/{connector}/resume")
         elif state == "FAILED":
-            trace = (part.get("trace") or "no trace").strip().splitlines()
-            out.append(f"{connector} {what} FAILED: {trace[0] if trace else 'no trace'}; after fixing the cause: "
-                       f"{restart}")
+            out.append(f"{failure_line(connector, what, part)}; after fixing the cause: {restart}")
     if not status.get("tasks") and (status.get("connector") or {}).get("state") == "RUNNING":
         out.append(f"{connector} is RUNNING with no task: nothing is captured; {restart}")
     return out

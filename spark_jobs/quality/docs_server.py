@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.quality import docs
-from spark_jobs.settings import load_settings
+from spark_jobs.settings import Settings, load_settings
 
 log = logging.getLogger("lake.dq-docs")
 
@@ -41,9 +41,8 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def render_loop(stop: threading.Event, interval: float) -> None:
+def render_loop(settings: Settings, stop: threading.Event, interval: float) -> None:
     """Render queued pages until ``stop``; an error is logged and retried next round, never fatal."""
-    settings = load_settings()
     while not stop.is_set():
         try:
             t0 = time.monotonic()
@@ -62,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between render rounds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
-    site: Path = docs.data_docs_dir(load_settings())
+    settings = load_settings()
+    site: Path = docs.data_docs_dir(settings)
     site.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    renderer = threading.Thread(target=render_loop, args=(stop, args.interval), name="render", daemon=True)
+    renderer = threading.Thread(target=render_loop, args=(settings, stop, args.interval), name="render", daemon=True)
     renderer.start()
     server_class: type[_Server] = _Server6 if ":" in args.bind else _Server
     handler = functools.partial(_Handler, directory=str(site))

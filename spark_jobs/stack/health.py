@@ -108,18 +108,23 @@ def connect(settings: Settings) -> Probe:
         return False, f"{type(exc).__name__}: {exc}"
 
 
+def status_parts(status: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A connector's ``GET /connectors/<name>/status`` as ("connector" | "task N", its state entry) pairs."""
+    parts = [("connector", status.get("connector") or {})]
+    parts += [(f"task {t.get('id')}", t) for t in status.get("tasks") or []]
+    return parts
+
+
+def failure_line(name: str, what: str, part: dict[str, Any]) -> str:
+    """``<name> <what> FAILED: <the trace's first line>``."""
+    trace = (part.get("trace") or "no trace").strip().splitlines()
+    return f"{name} {what} FAILED: {trace[0].rstrip('.') if trace else 'no trace'}"
+
+
 def connector_failures(statuses: dict[str, Any]) -> list[str]:
     """Every FAILED connector or task in ``GET /connectors?expand=status``, with its trace's first line."""
-    out = []
-    for name, entry in sorted(statuses.items()):
-        st = entry.get("status") or {}
-        parts = [("connector", st.get("connector") or {})]
-        parts += [(f"task {t.get('id')}", t) for t in st.get("tasks") or []]
-        for what, part in parts:
-            if part.get("state") == "FAILED":
-                trace = (part.get("trace") or "no trace").strip().splitlines()
-                out.append(f"{name} {what} FAILED: {trace[0].rstrip('.') if trace else 'no trace'}")
-    return out
+    return [failure_line(name, what, part) for name, entry in sorted(statuses.items())
+            for what, part in status_parts(entry.get("status") or {}) if part.get("state") == "FAILED"]
 
 
 def connect_with_tasks(settings: Settings) -> Probe:

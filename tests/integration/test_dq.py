@@ -172,10 +172,6 @@ def task_states(client: AirflowClient, dag_id: str, run_id: str) -> dict[str, st
     return {t["task_id"]: str(t["state"]) for t in client.task_instances(dag_id, run_id)}
 
 
-def task_log(client: AirflowClient, dag_id: str, run_id: str, task_id: str) -> str:
-    return client.task_log(dag_id, run_id, task_id)
-
-
 @contextmanager
 def dq_streaming_unpaused(client: AirflowClient, run_id: str, *, new_run: bool = True) -> Iterator[Any]:
     """``lake_dq_streaming`` unpaused while the block runs, with a run ``run_id`` (settle 0) triggered first unless
@@ -438,7 +434,7 @@ def test_a_drilled_fault_fails_the_gold_task_in_airflow_and_its_asset_is_not_upd
     assert all(tasks[t] == "success" for t in ("dim_customers", "dim_products", "fct_orders")), tasks
     tries = [t for t in client.task_instances(GOLD_DAG, run_id) if t["task_id"] == "fct_daily_sales"]
     assert int(tries[0]["try_number"]) == 1, tries  # AirflowFailException: a retry could not help
-    log = task_log(client, GOLD_DAG, run_id, "fct_daily_sales")
+    log = client.task_log(GOLD_DAG, run_id, "fct_daily_sales")
     for needle in ("DQ drill", "BLOCKED", "FAILED [block] key_unique", str(state.day)):
         assert needle in log, (needle, log[-3000:])
     events = client._call("GET", f"/api/v2/assets/events?source_dag_id={GOLD_DAG}"
@@ -481,13 +477,13 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
         task_state = tasks[table.replace(".", "__")]
         assert task_state == ("failed" if blocking else "success"), (table, task_state, blocking)
         if blocking:
-            log = task_log(client, DQ_DAG, run_id, table.replace(".", "__"))
+            log = client.task_log(DQ_DAG, run_id, table.replace(".", "__"))
             assert table in log and blocking[0] in log, log[-3000:]
         state.validated[table] = max(r["validated_at"] for r in results.values())
     assert final == ("success" if set(tasks.values()) == {"success"} else "failed")
     # The orphan order (no customer yet) fails silver.orders' block rule customer_exists, naming the order.
     assert tasks["silver__orders"] == "failed", tasks
-    log = task_log(client, DQ_DAG, run_id, "silver__orders")
+    log = client.task_log(DQ_DAG, run_id, "silver__orders")
     assert "FAILED [block] customer_exists" in log and str(ORPHAN_ORDER) in log, log[-3000:]
 
     totals = _results(spark, run_id, "silver.orders")["total_equals_items"]
@@ -498,7 +494,7 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
 
     # The task log names the table, the failed expectation, its count and samples, and the served Data Docs page.
     base = f"http://{stack.host}:{stack.dq_docs_port}"
-    log = task_log(client, DQ_DAG, run_id, "silver__orders")
+    log = client.task_log(DQ_DAG, run_id, "silver__orders")
     assert "DQ silver.orders" in log and "FAILED [warn] total_equals_items" in log, log[-3000:]
     linked = re.search(r"Data Docs: (" + re.escape(f"{base}/validations/silver/orders/") + r"[^\s\"'\\]+?\.html)", log)
     assert linked, f"no served Data Docs URL in the log: {log[-3000:]}"
@@ -563,7 +559,7 @@ def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Se
             time.sleep(2)
         assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
                          while_waiting=drop_scheduled_queued) == "success", \
-            task_log(client, DQ_DAG, run_id, "silver__orders")[-3000:]
+            client.task_log(DQ_DAG, run_id, "silver__orders")[-3000:]
 
 
 def _wait_stream() -> None:
