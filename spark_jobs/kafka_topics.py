@@ -17,9 +17,6 @@ from collections.abc import Iterable
 
 from spark_jobs.settings import Settings
 
-#: Partitions of ``events.clickstream`` when ``lake stack up`` creates it (the producers' default too).
-EVENTS_PARTITIONS = 3
-
 
 class TopicError(RuntimeError):
     """A topic could not be created or configured; the message says where and what to do."""
@@ -81,11 +78,11 @@ def ensure_retention(settings: Settings, *, create_events: bool = True, timeout:
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
         if create_events and TOPIC not in existing:
-            fut = admin.create_topics([NewTopic(TOPIC, num_partitions=EVENTS_PARTITIONS, replication_factor=1,
+            fut = admin.create_topics([NewTopic(TOPIC, num_partitions=settings.kafka_topic_partitions, replication_factor=1,
                                                 config=wanted[TOPIC])], operation_timeout=timeout)[TOPIC]
             try:
                 fut.result(timeout)
-                done.append(f"created {TOPIC} ({EVENTS_PARTITIONS} partitions, "
+                done.append(f"created {TOPIC} ({settings.kafka_topic_partitions} partitions, "
                             f"retention.ms={wanted[TOPIC]['retention.ms']}, "
                             f"retention.bytes={wanted[TOPIC]['retention.bytes']})")
             except KafkaException as exc:

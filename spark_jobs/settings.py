@@ -97,6 +97,7 @@ class Settings:
     kafka_events_retention_bytes: int
     kafka_cdc_retention_ms: int
     kafka_cdc_retention_bytes: int
+    kafka_topic_partitions: int  # of events.clickstream and the CDC topics, when they are created
     connect_port: int
     connect_url: str
     connect_heap: str
@@ -288,6 +289,7 @@ _DEFAULTS: dict[str, str] = {
     "kafka_events_retention_bytes": "1073741824",
     "kafka_cdc_retention_ms": "604800000",
     "kafka_cdc_retention_bytes": "1073741824",
+    "kafka_topic_partitions": "3",
     "connect_port": "18083",
     "connect_url": "http://{host}:{connect_port}",
     "connect_heap": "768m",
@@ -463,6 +465,9 @@ def _validate(s: Settings) -> None:
                  "kafka_cdc_retention_bytes"):
         if getattr(s, name) < -1 or getattr(s, name) == 0:
             raise SettingsError(f"{env_name(name)}={getattr(s, name)} must be -1 (no limit) or > 0")
+    if s.kafka_topic_partitions < 1:
+        raise SettingsError(f"LAKE_KAFKA_TOPIC_PARTITIONS={s.kafka_topic_partitions} must be >= 1 (partitions of each "
+                            "lake topic when it is created: the streaming queries read them as parallel tasks)")
     if s.slot_min_safe_wal_mb < 0 or s.stack_min_free_disk_mb < 0:
         raise SettingsError(f"LAKE_SLOT_MIN_SAFE_WAL_MB={s.slot_min_safe_wal_mb} and LAKE_STACK_MIN_FREE_DISK_MB="
                             f"{s.stack_min_free_disk_mb} must be >= 0 (MB; 0 turns the warning off)")
