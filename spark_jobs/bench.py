@@ -4,7 +4,7 @@
    while the streaming app runs. Reports changes committed per second in
    PostgreSQL, records captured per second (Kafka end offsets), changes applied
    per second, and commit-to-silver latency p50/p95/max: for every row change
-   appended to ``silver.<t>__changes`` in the run (its change data feed), the Delta commit time minus the
+   MERGEd into ``silver.<t>`` in the run (its change data feed), the Delta commit time minus the
    PostgreSQL commit time Debezium carried (``source.ts_ms``).
    Before it, ``--warmup`` seconds of the same load (not measured) bring the
    driver's JVM to its steady state: the app is long-running, and its first
@@ -60,11 +60,10 @@ def _silver_heads(spark: Any) -> dict[str, tuple[int, float | None]]:
 
     out: dict[str, tuple[int, float | None]] = {}
     for c in CDC_TABLES.values():
-        # Changes land in silver.<t>__changes (appends: delta-rs's WRITE); its other commits (the compaction's
-        # purge of merged changes) apply nothing new.
-        row = (spark.sql(f"DESCRIBE HISTORY {c.changes} LIMIT 100").where("operation = 'WRITE'")
+        # Changes land in silver.<t> by the stream's MERGE; its other commits (OPTIMIZE, VACUUM) apply nothing new.
+        row = (spark.sql(f"DESCRIBE HISTORY {c.silver} LIMIT 100").where("operation = 'MERGE'")
                .orderBy("version", ascending=False).select("version", "timestamp").first())
-        out[c.changes] = (int(row[0]), row[1].timestamp() if row[1] is not None else None) if row else (0, None)
+        out[c.silver] = (int(row[0]), row[1].timestamp() if row[1] is not None else None) if row else (0, None)
     return out
 
 
@@ -81,8 +80,8 @@ def _require_running_connector(settings: Settings) -> None:
 def _latencies(spark: Any, since: dict[str, int]) -> list[float]:
     """Seconds from PostgreSQL commit to the silver commit, per changed row since ``since`` versions.
 
-    The silver commit of a change is its append to ``silver.<t>__changes``: from then on the
-    ``silver.<t>`` view holds it.
+    The silver commit of a change is the MERGE that applied it (its change data feed's insert or
+    update post-image; a delete's feed row is the old row, so it is left out).
     """
     from pyspark.sql import functions as F
 
@@ -90,7 +89,7 @@ def _latencies(spark: Any, since: dict[str, int]) -> list[float]:
     for table, version in since.items():
         changes = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version + 1)
                    .table(table)
-                   .where(F.col("_change_type") == "insert")
+                   .where(F.col("_change_type").isin("insert", "update_postimage"))
                    .select((F.col("_commit_timestamp").cast("double") - F.col("_source_ts").cast("double")).alias("s")))
         values += [float(r.s) for r in changes.collect() if r.s is not None]
     return values

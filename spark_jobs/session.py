@@ -28,6 +28,29 @@ if TYPE_CHECKING:
 SECRET_SPARK_KEYS = frozenset({"spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key"})
 
 
+#: Delta Lake's extension and catalog, and how its snapshots are read (every Spark process, the unit tests' too).
+DELTA_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    # Snapshot metadata from the version checksum (.crc) instead of a Spark job over the log.
+    # Every idempotent write (txnAppId/txnVersion) reads the table's SetTransactions and every
+    # MERGE/read lists its files; by default each is a state reconstruction job over the last
+    # checkpoint + JSON commits, re-run after each commit (delta-io/delta#4708, PR #7670
+    # describes the same per-micro-batch cost). With the set transactions and, for tables up to
+    # allFilesInCrc.thresholdNumFiles files, the file list kept in the .crc (computed
+    # incrementally at commit), those reads need no job. Measured on this machine (warm JVM,
+    # 300-row batches against MinIO): append 4.4 s -> 1.2 s, MERGE 8.5 s -> 3.2 s.
+    # The histogram aggregation is skipped: delta-io/delta#6854 (a redundant aggregate per snapshot).
+    "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
+    "spark.databricks.delta.allFilesInCrc.enabled": "true",
+    "spark.databricks.delta.allFilesInCrc.verificationMode.enabled": "false",
+    "spark.databricks.delta.fileSizeHistogramMetrics.enabled": "false",
+    # State reconstruction (when it still runs) of tables this size needs one partition, not 50.
+    "spark.databricks.delta.snapshotPartitions": "1",
+}
+
+
 def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
     """Spark properties for a Lakestream process (secrets included: keep private)."""
     conf: dict[str, str] = {
@@ -40,25 +63,7 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         # 127.0.0.1 with a random port (which ignores LAKE_HOST). Files under java.io.tmpdir, umask 077.
         "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
-        # Delta Lake
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.databricks.delta.schema.autoMerge.enabled": "false",
-        # Snapshot metadata from the version checksum (.crc) instead of a Spark job over the log.
-        # Every idempotent write (txnAppId/txnVersion) reads the table's SetTransactions and every
-        # MERGE/read lists its files; by default each is a state reconstruction job over the last
-        # checkpoint + JSON commits, re-run after each commit (delta-io/delta#4708, PR #7670
-        # describes the same per-micro-batch cost). With the set transactions and, for tables up to
-        # allFilesInCrc.thresholdNumFiles files, the file list kept in the .crc (computed
-        # incrementally at commit), those reads need no job. Measured on this machine (warm JVM,
-        # 300-row batches against MinIO): append 4.4 s -> 1.2 s, MERGE 8.5 s -> 3.2 s.
-        # The histogram aggregation is skipped: delta-io/delta#6854 (a redundant aggregate per snapshot).
-        "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
-        "spark.databricks.delta.allFilesInCrc.enabled": "true",
-        "spark.databricks.delta.allFilesInCrc.verificationMode.enabled": "false",
-        "spark.databricks.delta.fileSizeHistogramMetrics.enabled": "false",
-        # State reconstruction (when it still runs) of tables this size needs one partition, not 50.
-        "spark.databricks.delta.snapshotPartitions": "1",
+        **DELTA_CONF,
         # Shared catalog: the Hive metastore service of the stack (or a cluster's).
         "spark.sql.catalogImplementation": "hive",
         "spark.hadoop.hive.metastore.uris": settings.metastore_uri,

@@ -137,8 +137,6 @@ class Settings:
     stream_max_records_per_task: int
     stream_trigger_seconds: int
     stream_maintenance_minutes: int
-    stream_compact_rows: int
-    stream_compact_seconds: int
     stream_driver_memory: str
     stream_driver_port: int
     stream_block_manager_port: int
@@ -324,8 +322,6 @@ _DEFAULTS: dict[str, str] = {
     "stream_max_records_per_task": "10000",
     "stream_trigger_seconds": "2",
     "stream_maintenance_minutes": "60",
-    "stream_compact_rows": "20000",
-    "stream_compact_seconds": "120",
     "stream_driver_memory": "2g",
     "stream_driver_port": "17030",
     "stream_block_manager_port": "17031",
@@ -441,10 +437,6 @@ def _validate(s: Settings) -> None:
     if s.stream_max_records_per_task < 1:
         raise SettingsError(f"LAKE_STREAM_MAX_RECORDS_PER_TASK={s.stream_max_records_per_task} must be >= 1 (Kafka "
                             "records per Spark task of a CDC batch; 10000 is the default)")
-    if s.stream_compact_rows < 1 or s.stream_compact_seconds < 1:
-        raise SettingsError(f"LAKE_STREAM_COMPACT_ROWS={s.stream_compact_rows} and LAKE_STREAM_COMPACT_SECONDS="
-                            f"{s.stream_compact_seconds} must both be >= 1 (pending silver changes are merged into "
-                            "the base table once either is reached)")
     unknown_queries = sorted(set(s.stream_query_list) - set(STREAM_QUERIES))
     if unknown_queries or not s.stream_query_list:
         raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "

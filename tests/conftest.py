@@ -6,14 +6,35 @@ from typing import Any
 import pytest
 
 
+def _delta_jars() -> str:
+    """Delta's jars from the cache ``make setup`` fills (the unit tests' Spark reads and writes local Delta tables)."""
+    import os
+    from pathlib import Path
+
+    cache = Path(os.environ.get("LAKE_CACHE_DIR", Path.home() / ".cache" / "lakestream")) / "jars" / "spark"
+    jars = sorted(str(p) for p in cache.glob("delta-*.jar"))
+    if not any("delta-spark" in j for j in jars) or not any("delta-storage" in j for j in jars):
+        pytest.exit(f"Delta jars (delta-spark, delta-storage) missing from {cache}: run `make setup`", returncode=2)
+    return ",".join(jars)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One plain local Spark for pure-transform unit tests (no catalog, no lake)."""
+    """One local Spark with Delta for unit tests (no catalog, no lake: local paths only)."""
+    import os
+    import sys
+
     from pyspark.sql import SparkSession
+
+    from spark_jobs.session import DELTA_CONF
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers (mapInArrow) need the venv's packages
 
     session = (
         SparkSession.builder.master("local[2]")
         .appName("lakestream-unit")
+        .config("spark.jars", _delta_jars())
+        .config(map=DELTA_CONF)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")

@@ -50,18 +50,8 @@ class CdcTable:
 
     @property
     def silver(self) -> str:
-        """The view analysts query: one row per key, base + pending changes (``spark_jobs.silver.cdc``)."""
+        """One row per key, as PostgreSQL has it (MERGEd per micro-batch, ``spark_jobs.silver.cdc``)."""
         return f"silver.{self.table}"
-
-    @property
-    def base(self) -> str:
-        """Compacted rows (one per key) as of the last compaction."""
-        return f"silver.{self.table}__base"
-
-    @property
-    def changes(self) -> str:
-        """Append-only newest change per key and batch, since (about) the last compaction."""
-        return f"silver.{self.table}__changes"
 
     @property
     def deleted(self) -> str:

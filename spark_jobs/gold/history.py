@@ -5,7 +5,7 @@ source order (:mod:`spark_jobs.gold.dims`). Bronze keeps every raw Debezium
 record forever, so the history is re-derived from it on each run: the same
 bronze gives the same history.
 
-The rules are silver's (:mod:`spark_jobs.silver.cdc`, :func:`spark_jobs.silver.cdc_arrow._position`):
+The rules are silver's (:mod:`spark_jobs.silver.cdc`, :func:`spark_jobs.silver.cdc_parse._position`):
 
 * a record value is the Debezium payload JSON (``schemas.enable=false``) or a
   JsonConverter envelope ``{"schema": .., "payload": {..}}``; both are read;

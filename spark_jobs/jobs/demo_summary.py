@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for db in LAYERS:
         names = sorted(r.tableName for r in spark.sql(f"SHOW TABLES IN {db}").collect() if not r.isTemporary)
         for name in names:
-            if name.endswith(("__changes", "__deleted", "__base")):
+            if name.endswith("__deleted"):
                 continue  # the silver view's parts; silver.<t> is what analysts query
             try:
                 n = spark.table(f"{db}.{name}").count()

@@ -1,10 +1,9 @@
 """CDC apply rules: Debezium PostgreSQL change events -> ordered, typed changes for silver.
 
-The rules and the MERGE statement; no I/O. The streaming app applies them per
-micro-batch and table in the driver (:mod:`spark_jobs.silver.cdc_arrow`)::
+The rules, the MERGE statement and the Spark plan that applies a micro-batch::
 
-    parsed   = parse_records(raw_batch, row schema, contract.keys)   # rejects -> quarantine.cdc
-    newest   = newest_changes(parsed.changes, ...)                  # newest change per key
+    parsed   = parse_frame(kafka rows, silver schema, contract.keys)  # executors; rejects -> quarantine.cdc
+    newest   = newest_changes(parsed changes, ..., delete markers)   # newest change per key
     plan     = merge_plan(contract.keys, silver_columns(...), toastable_columns(...))
     MERGE INTO silver.<table> t USING newest s ON plan.condition
       WHEN MATCHED AND plan.delete_condition THEN DELETE
@@ -39,29 +38,22 @@ can go backwards.
 A change applies only if its position is strictly greater than the row's, so
 replays after a crash and duplicates re-sent by Connect are no-ops.
 
-Merge-on-read
--------------
-A copy-on-write MERGE rewrites every file holding a changed row, and OLTP
-updates hit rows all over a table: with ``silver.customers`` at 192 MB (large
-TOASTed text) each one-second batch rewrote nearly all of it (measured with
-``lake bench cdc``), so the apply cost grew with the table, not with the change
-rate. So each silver table is three Delta tables and a view:
+Applying a batch (on Spark)
+---------------------------
+``silver.<t>`` is one Delta table (deletion vectors and change data feed on), changed
+only by the streaming app's MERGE, one per micro-batch and table, all in Spark tasks:
 
-* ``silver.<t>__changes``: per batch, the newest change of each key (TOAST
-  placeholders filled from earlier changes of the batch), deletes included,
-  appended with the batch id in ``_batch_id`` (the partition column). Cheap
-  whatever the table's size; this is what makes a change visible.
-* ``silver.<t>__base``: one row per key as of the last compaction. A background
-  compaction MERGEs the pending changes into it (newest per key across batches,
-  :func:`merge_plan`'s statement), then the batch loop drops the changes of the
-  compaction *before* that one (a lag of one compaction, so a query that read
-  the base just before a compaction still finds the changes it needs).
-* ``silver.<t>__deleted``: delete markers (stale re-sends must not resurrect a key).
-* ``silver.<t>``: the view (:func:`current_view_sql`): base and changes unioned,
-  per key the newest row by position, not a delete, with a TOAST placeholder
-  replaced by the newest earlier real value of that key. The rules are the
-  MERGE's, so the view equals what the MERGE would have given (tested against
-  each other in tests/unit/test_cdc_arrow.py).
+* :func:`parse_frame`: the Kafka records, parsed in the executors' Python workers
+  (``mapInArrow`` over :func:`spark_jobs.silver.cdc_parse.parse_batches`);
+* :func:`newest_changes`: per key, the newest change by position (then Kafka
+  partition and offset), a TOAST placeholder filled from an earlier change of the
+  key in the batch, and dropped when the key's delete marker is not older
+  (``silver.<t>__deleted``: a re-sent change after a delete must not bring the key
+  back, and silver no longer holds the row the MERGE's position guard needs);
+* :func:`merge`: :func:`merge_plan`'s statement. With deletion vectors an update or
+  delete marks rows in a file instead of rewriting it, so a batch costs what it
+  changes, not what the table holds (the reason the earlier merge-on-read layout
+  existed); OPTIMIZE folds them back in (``streaming.common.Maintenance``).
 
 Added columns
 -------------
@@ -76,10 +68,16 @@ are parsed again with the wider schema, so nothing is lost meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StringType, StructType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from delta.tables import DeltaTable
+    from pyspark.sql import DataFrame
 
 #: Debezium's stand-in for an unchanged TOASTed value it could not read from the WAL.
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
@@ -95,10 +93,6 @@ POSITION_COLUMNS = ("_snapshot_rank", "_commit_lsn", "_change_lsn")
 
 #: Metadata columns a silver table stores next to the row image.
 SILVER_METADATA_COLUMNS = ("_op", *POSITION_COLUMNS, "_source_ts", "_extra")
-
-#: Column of ``silver.<t>__changes`` (and its partition column): the streaming batch that appended the change.
-BATCH_COLUMN = "_batch_id"
-
 
 def quote_ident(name: str) -> str:
     """Backtick-quote an identifier for Spark SQL."""
@@ -212,42 +206,94 @@ def merge_plan(
     )
 
 
-def current_view_sql(base: str, changes: str, columns: Sequence[str], key_columns: Sequence[str],
-                     toastable: Sequence[str] = (), quote: Callable[[str], str] = quote_ident) -> str:
-    """The ``SELECT`` of the ``silver.<t>`` view: the newest row per key of ``base`` and ``changes``.
+def parse_frame(raw: DataFrame, silver: StructType, keys: Sequence[str]) -> DataFrame:
+    """Kafka rows (key, value, topic, partition, offset, kafka_timestamp) of one table -> parsed rows, in Spark tasks.
 
-    ``columns`` are the base table's (row image + ``SILVER_METADATA_COLUMNS``);
-    ``changes`` has them plus ``BATCH_COLUMN``. Per key, rows are ordered by
-    position, then by batch, with the base row after a change of the same
-    position (a change already compacted: the base holds its result); the last
-    one is kept unless it is a delete. When that is the base row it is shown as
-    stored (the MERGE ignores changes not newer than the row). When it is a
-    change, a ``toastable`` column holding ``UNAVAILABLE_VALUE`` takes the last
-    earlier value of the key that is not the placeholder (NULL counts), else
-    keeps it: the MERGE's "keep the stored value" and the in-memory fill of
-    ``cdc_arrow.newest_changes`` / ``compaction_source`` in one rule. So the
-    view shows the same before and after a compaction, as long as each key's
-    pending changes are a contiguous run of its log (what Debezium sends and
-    re-sends); tests/unit/test_cdc_arrow.py checks it on random runs.
-    One window, one sort per query.
+    ``silver`` is the table's current schema; the rows are ``parse_output_schema(silver)``: a change has
+    ``_error`` null, a reject its reason and raw record.
     """
-    cols = list(columns)
-    missing = [c for c in [*key_columns, *POSITION_COLUMNS, "_op"] if c not in cols]
-    if missing or not key_columns:
-        raise ValueError(f"current_view_sql: key columns {list(key_columns)} and {missing or 'the metadata'} "
-                         f"must be among the columns {cols}")
-    listed = ", ".join(quote(c) for c in cols)
-    keys = ", ".join(quote(k) for k in key_columns)
-    order = ", ".join(quote(c) for c in [*POSITION_COLUMNS, "_src", "_seq"])
-    window = f"(PARTITION BY {keys} ORDER BY {order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
-    fills = "".join(
-        f", last(IF({quote(c)} <=> '{UNAVAILABLE_VALUE}', NULL, named_struct('v', {quote(c)})), true) OVER {window} "
-        f"AS {quote('_fill_' + c)}" for c in toastable)
-    out = ", ".join(f"IF(`_src` = 1 OR {quote('_fill_' + c)} IS NULL, {quote(c)}, {quote('_fill_' + c)}.v) "
-                    f"AS {quote(c)}" if c in toastable else quote(c) for c in cols)
-    return (f"SELECT {out} FROM ("
-            f"SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY {order}) AS `_n`, "
-            f"count(1) OVER {window} AS `_count`{fills} FROM ("
-            f"SELECT {listed}, 1 AS `_src`, CAST(-1 AS BIGINT) AS `_seq` FROM {base} UNION ALL "
-            f"SELECT {listed}, 0 AS `_src`, CAST({quote(BATCH_COLUMN)} AS BIGINT) AS `_seq` FROM {changes})) "
-            f"WHERE `_n` = `_count` AND `_op` <> 'd'")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_jobs.silver.cdc_parse import parse_batches, parse_output_schema
+
+    out = parse_output_schema(silver)
+    arrow_silver, arrow_out, key_list = to_arrow_schema(silver), to_arrow_schema(out), list(keys)
+
+    def parse(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        return parse_batches(iter(batches), arrow_silver, arrow_out, key_list)
+
+    return raw.mapInArrow(parse, out)
+
+
+def newest_changes(changes: DataFrame, columns: Sequence[str], keys: Sequence[str], toastable: Sequence[str],
+                   markers: DataFrame | None) -> DataFrame:
+    """Parsed changes of one batch -> the MERGE source: per key the newest, TOAST-filled, not superseded.
+
+    Per key, changes are ordered by position, then Kafka partition and offset; a ``toastable`` column of
+    the newest change holding ``UNAVAILABLE_VALUE`` takes the last earlier value of the key that is not the
+    placeholder (NULL counts), else keeps it (the MERGE then keeps the stored value). The change is dropped
+    when ``markers`` (key + position rows of ``silver.<t>__deleted``) hold a delete of the key at a position
+    not older. Returns ``columns`` (the silver table's). One window, one sort.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = [F.col(quote_ident(c)) for c in [*POSITION_COLUMNS, "_partition", "_offset"]]
+    by_key = Window.partitionBy(*[F.col(quote_ident(k)) for k in keys]).orderBy(*order)
+    upto_here = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    whole = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    frame = changes.select(
+        *[F.col(quote_ident(c)) for c in columns], F.col("_partition"), F.col("_offset"),
+        F.row_number().over(by_key).alias("_n"), F.count(F.lit(1)).over(whole).alias("_count"),
+        *[F.last(F.when(~F.col(quote_ident(c)).eqNullSafe(UNAVAILABLE_VALUE),
+                        F.struct(F.col(quote_ident(c)).alias("v"))), ignorenulls=True)
+          .over(upto_here).alias(f"_fill_{c}") for c in toastable])
+    newest = frame.where(F.col("_n") == F.col("_count")).select(
+        *[F.when(F.col(f"`_fill_{c}`").isNull(), F.col(quote_ident(c))).otherwise(F.col(f"`_fill_{c}`.v"))
+          .alias(c) if c in toastable else F.col(quote_ident(c)) for c in columns])
+    if markers is None:
+        return newest
+    position = F.struct(*[F.col(quote_ident(c)) for c in POSITION_COLUMNS])
+    latest = (markers.groupBy(*[F.col(quote_ident(k)) for k in keys]).agg(F.max(position).alias("_deleted_at")))
+    return (newest.join(latest, on=list(keys), how="left")
+            .where(F.col("_deleted_at").isNull() | (position > F.col("_deleted_at")))
+            .select(*[F.col(quote_ident(c)) for c in columns]))
+
+
+def apply_changes(target: DeltaTable, changes: DataFrame, keys: Sequence[str], markers: DataFrame | None,
+                  append_markers: Callable[[DataFrame], None] | None) -> None:
+    """One table's batch of parsed ``changes`` -> ``target`` (silver), all in Spark.
+
+    The newest change per key (:func:`newest_changes`, against the delete ``markers``) is MERGEd
+    (:func:`merge_plan`'s statement, position-guarded, so a replayed batch changes nothing); then its
+    deletes (key + position) go to ``append_markers`` (None: the batch has none). Markers after the MERGE:
+    a crash in between leaves the row deleted and the replay appends them; the other order would let a
+    replay's recorded marker hide the batch's own delete from the MERGE.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    columns = target.toDF().schema
+    rows = StructType([f for f in columns.fields if f.name not in SILVER_METADATA_COLUMNS])
+    toastable = toastable_columns(rows, keys)
+    source = newest_changes(changes, columns.names, keys, toastable, markers)
+    if append_markers is not None:
+        source = source.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        merge(target, source, keys, toastable)
+        if append_markers is not None:
+            append_markers(source.where(F.col("_op") == "d").select(*[F.col(quote_ident(c)) for c in
+                                                                       [*keys, *POSITION_COLUMNS]]))
+    finally:
+        if append_markers is not None:
+            source.unpersist()
+
+
+def merge(target: DeltaTable, source: DataFrame, keys: Sequence[str], toastable: Sequence[str]) -> None:
+    """``MERGE INTO target`` the newest changes (:func:`merge_plan`'s statement), in Spark."""
+    plan = merge_plan(keys, source.columns, toastable)
+    (target.alias("t").merge(source.alias("s"), plan.condition)
+     .whenMatchedDelete(plan.delete_condition)
+     .whenMatchedUpdate(plan.update_condition, dict(plan.update_set))
+     .whenNotMatchedInsert(plan.insert_condition, dict(plan.insert_values))
+     .execute())

@@ -162,34 +162,46 @@ def test_added_column_flows_into_silver(cdc: Settings) -> None:
     assert _silver_count("SELECT count(*) FROM silver.customers WHERE nickname LIKE 'Nick %'") == 5
 
 
-def _last_merge_ms(settings: Settings, table: str) -> int:
-    """Commit time (epoch ms) of the newest MERGE of ``table`` (0: none yet), read with delta-rs."""
-    from spark_jobs.driver_delta import DriverTable
+def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: Settings) -> None:
+    """silver.<t> is one Delta table the stream MERGEs into (deletion vectors, change data feed): its history,
+    an older version, table_changes(...) and a streaming read of the feed work from Spark SQL, and the
+    deltalake package (no Spark) reads the same rows."""
+    from deltalake import DeltaTable
 
-    history = DriverTable(settings, table).table.history(20)
-    return max((int(h["timestamp"]) for h in history if h.get("operation") == "MERGE"), default=0)
+    from spark_jobs.driver_delta import storage_options, table_uri
+    from spark_jobs.session import connect_session
 
-
-def test_compaction_merges_pending_changes_into_the_base(cdc: Settings) -> None:
-    """Merge-on-read: changes of a load are MERGEd into silver.<t>__base by the background compaction
-    (within LAKE_STREAM_COMPACT_SECONDS), and silver still equals PostgreSQL afterwards."""
-    from spark_jobs.contracts.shop import CDC_TABLES
-
-    report = run_loadgen(cdc, rate=300, duration=6, seed=44)
-    assert report.total_changes > 300
+    with psycopg2.connect(cdc.pg_dsn(cdc.pg_shop_db)) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE customers SET loyalty_tier = 'delta-history' WHERE customer_id = "
+                    "(SELECT max(customer_id) FROM customers)")
+    conn.close()
     _wait_and_verify(cdc)
-    applied_ms = int(time.time() * 1000)
-    # A compaction may have run while the load was applied and left nothing pending: a few more changes make
-    # sure one is due after `applied_ms`, and it merges everything pending by then, the load included.
-    assert run_loadgen(cdc, rate=100, duration=2, seed=45).total_changes > 0
-    deadline = time.monotonic() + cdc.stream_compact_seconds + 180
-    waiting = {c.base for c in CDC_TABLES.values()}
-    while waiting and time.monotonic() < deadline:
-        waiting = {t for t in waiting if _last_merge_ms(cdc, t) < applied_ms}
-        time.sleep(5)
-    assert not waiting, f"no compaction MERGE into {sorted(waiting)} within {cdc.stream_compact_seconds + 180} s"
-    assert _silver_count("SELECT count(*) FROM silver.customers__base") > 0
-    _wait_and_verify(cdc)
+    history = [json.loads(line) for line in run_lake(
+        "sql", "-e", "SELECT version, operation, operationParameters, operationMetrics FROM "
+        "(DESCRIBE HISTORY silver.customers)", "--format", "json").stdout.strip().splitlines()]
+    merges = [h for h in history if h["operation"] == "MERGE"]
+    assert merges, history[:5]
+    properties = run_lake("sql", "-e", "SHOW TBLPROPERTIES silver.customers", "--format", "json").stdout
+    props = {json.loads(line)["key"]: json.loads(line)["value"] for line in properties.strip().splitlines()}
+    assert props.get("delta.enableDeletionVectors") == "true", props
+    assert props.get("delta.enableChangeDataFeed") == "true", props
+    newest = max(int(h["version"]) for h in merges)
+    assert _silver_count(f"SELECT count(*) FROM silver.customers VERSION AS OF {newest}") > 0
+    assert _silver_count("SELECT count(*) FROM table_changes('silver.customers', 1) "
+                         "WHERE _change_type = 'update_postimage' AND loyalty_tier = 'delta-history'") >= 1
+    # A streaming read of the change feed over the stack's Spark Connect server (availableNow: what is there).
+    spark = connect_session(cdc)
+    name = f"silver_customers_feed_{time.time_ns()}"
+    query = (spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 1)
+             .table("silver.customers").writeStream.format("memory").queryName(name)
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert spark.sql(f"SELECT count(*) FROM {name} WHERE _change_type = 'update_postimage'").first()[0] >= 1
+    # The deltalake package reads the same table (deletion vectors included).
+    table = DeltaTable(table_uri(cdc, "silver.customers"), storage_options=storage_options(cdc))
+    rows = table.to_pyarrow_table(columns=["customer_id"]).num_rows
+    assert rows == _silver_count("SELECT count(*) FROM silver.customers")
 
 
 def test_poison_records_are_quarantined_and_the_stream_keeps_running(cdc: Settings) -> None:
@@ -214,22 +226,25 @@ def test_poison_records_are_quarantined_and_the_stream_keeps_running(cdc: Settin
     records = [(b'{"customer_id": -424242}', deep),
                (b'{"customer_id": -424243}', forged_delete(-424243, "we`ird")),
                (b'{"customer_id": -424244}', forged_delete(-424244, "gift note"))]
-    offsets: list[int] = []
+    offsets: list[tuple[int, int]] = []  # (partition, offset): the topic has LAKE_KAFKA_TOPIC_PARTITIONS
     producer = Producer({"bootstrap.servers": cdc.kafka_bootstrap})
     for key, value in records:
         producer.produce("shop.public.customers", key=key, value=value,
-                         on_delivery=lambda err, msg: offsets.append(-1 if err else int(msg.offset() or 0)))
+                         on_delivery=lambda err, msg: offsets.append(
+                             (-1, -1) if err else (int(msg.partition() or 0), int(msg.offset() or 0))))
     producer.flush(30)
-    assert len(offsets) == 3 and min(offsets) >= 0, offsets
+    assert len(offsets) == 3 and min(o for _, o in offsets) >= 0, offsets
     # Changes after the poison must still be applied.
     assert run_loadgen(cdc, rate=200, duration=3, seed=77).total_changes > 0
     _wait_and_verify(cdc)
 
     after = supervisor.program_info(cdc, "stream") or {}
     assert after.get("statename") == "RUNNING" and after.get("pid") == before.get("pid"), (before, after)
-    rows = run_lake("sql", "-e", "SELECT offset, error FROM quarantine.cdc WHERE topic = 'shop.public.customers' "
-                    f"AND offset IN ({offsets[0]}, {offsets[2]}) ORDER BY offset", "--format", "json").stdout
-    errors = {json.loads(line)["offset"]: json.loads(line)["error"] for line in rows.strip().splitlines()}
+    wanted = " OR ".join(f"(partition = {p} AND offset = {o})" for p, o in (offsets[0], offsets[2]))
+    rows = run_lake("sql", "-e", "SELECT partition, offset, error FROM quarantine.cdc WHERE "
+                    f"topic = 'shop.public.customers' AND ({wanted})", "--format", "json").stdout
+    errors = {(json.loads(line)["partition"], json.loads(line)["offset"]): json.loads(line)["error"]
+              for line in rows.strip().splitlines()}
     assert set(errors) == {offsets[0], offsets[2]}, rows
     assert "nested too deeply" in errors[offsets[0]]
     assert "'gift note'" in errors[offsets[2]] and "rename the column" in errors[offsets[2]]

@@ -13,7 +13,7 @@ from pyspark.sql.types import DecimalType, IntegerType, StringType, StructField,
 
 from spark_jobs.hot.events import from_epoch_micros
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, added_columns
-from spark_jobs.silver.cdc_arrow import TOO_DEEP, Change, Parsed, parse_records, quarantine_table
+from spark_jobs.silver.cdc_parse import TOO_DEEP, Change, Parsed, parse_batches, parse_output_schema, parse_records
 
 TOPIC = "shop.public.orders"
 KEYS = ["id"]
@@ -231,9 +231,17 @@ def test_rejects_carry_raw_record_coordinates_and_reason() -> None:
     assert [c.offset for c in parsed.changes] == [len(records) - 1]
     # Counts reconcile: in = changes + rejects + tombstones.
     assert len(parsed.changes) + len(parsed.rejects) + parsed.tombstones == len(records)
-    rows = quarantine_table(parsed.rejects, datetime(2024, 3, 2, tzinfo=UTC)).to_pylist()
-    assert [(r["stage"], r["offset"], r["value"], r["kafka_timestamp"], r["error"]) for r in rows] == [
-        ("cdc", i, v, KAFKA_TS, reasons[i]) for i, (_k, v) in enumerate(records[:-1])]
+    # What the executors hand back (mapInArrow rows): the rejects with their raw record, reason and coordinates.
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    silver = pa.schema([*ROWS, ("_op", pa.string()), ("_snapshot_rank", pa.int32()), ("_commit_lsn", pa.int64()),
+                        ("_change_lsn", pa.int64()), ("_source_ts", UTC_US), ("_extra", pa.string())])
+    out = to_arrow_schema(parse_output_schema(from_arrow_schema(silver)))
+    batches = list(parse_batches(iter(raw(records).to_batches()), silver, out, KEYS))
+    rows = pa.Table.from_batches(batches, schema=out).to_pylist()
+    assert [r["_offset"] for r in rows if r["_error"] is None] == [len(records) - 1]
+    assert [(r["_offset"], r["_value"], r["_kafka_timestamp"], r["_error"]) for r in rows if r["_error"]] == [
+        (i, v, KAFKA_TS, reasons[i]) for i, (_k, v) in enumerate(records[:-1])]
 
 
 def test_missing_key_falls_back_to_kafka_key() -> None:

@@ -1,38 +1,23 @@
-"""CDC apply in the driver: Debezium records (Arrow) -> typed changes -> newest per key -> silver (merge-on-read).
+"""CDC parse on Spark executors: raw Debezium records (Arrow batches) -> typed changes and rejects.
 
-The streaming app's CDC hot path (``spark_jobs.streaming.cdc``). It keeps the
-rules of :mod:`spark_jobs.silver.cdc` (read its module docstring: the source
-position, snapshot rank, TOAST placeholder, added columns) and its MERGE
-fragments (:func:`~spark_jobs.silver.cdc.merge_plan`) without a Spark job:
+The streaming app's CDC query (``spark_jobs.streaming.cdc``) runs :func:`parse_batches`
+through ``mapInArrow`` (``spark_jobs.silver.cdc.parse_frame``), so the parse runs in
+Spark's Python workers, one task per Kafka offset range; the driver never sees a record.
+It keeps the rules of :mod:`spark_jobs.silver.cdc` (read its module docstring: the
+source position, snapshot rank, TOAST placeholder, added columns):
 
-* :func:`parse_records`: one pass of Python over the batch's raw records
-  (orjson, one ``loads`` of each Debezium envelope) gives, per record, a
-  :class:`Change` (typed row image, op, position) or a :class:`Reject` with the
-  reason. Types come from the silver table's
-  Arrow schema, so a widened table types its new columns on the next parse.
-* :func:`newest_changes`: per key, the TOAST placeholder is filled from an
-  earlier change of the same batch, the newest change by position is kept, and
-  a change not newer than the key's recorded delete (:class:`DeleteIndex`) is
-  dropped.
-* :func:`append_changes`: appends those newest changes to
-  ``silver.<t>__changes`` (merge-on-read, see :mod:`spark_jobs.silver.cdc`),
-  committed with the Delta transaction ``<app_id>:<table>`` = batch id, so a
-  replayed batch is written once; then the delete markers.
-* :func:`compact` (:func:`compaction_source` + :func:`merge_changes`): in the
-  background, the newest pending change per key across batches is MERGEd into
-  ``silver.<t>__base`` with delta-rs (DataFusion, in the driver), with the Spark
-  plan's conditions in DataFusion's quoting, position-guarded, so a change
-  merged twice is a no-op.
+* :func:`parse_records`: one pass of Python over the records (orjson, one ``loads``
+  of each Debezium envelope) gives, per record, a :class:`Change` (typed row image,
+  op, position) or a :class:`Reject` with the reason. Types come from the silver
+  table's schema, so a widened table types its new columns on the next parse.
+* :func:`parse_batches`: both as rows of one Arrow schema (:func:`parse_output_schema`):
+  the silver columns plus the Kafka coordinates, and for a reject the raw record and
+  its reason (the silver columns then null).
 
-Why: on two cores a Spark MERGE of one table cost 2-37 s per batch (job
-scheduling, a join and a rewrite per batch, four tables at once), and the
-Spark parse of the JSON envelopes (``from_json``, which this module replaced;
-a parity test compared both on one corpus before the switch) another 13 s per
-32,000 records. A delta-rs MERGE per batch came next, but delta-rs cannot
-write deletion vectors, so each MERGE rewrote every file holding a changed row:
-with random updates that is the whole table each batch (290 MB of silver per
-~1 s batch in ``lake bench cdc``), a cost growing with the table. An append
-costs what the batch holds; the MERGE runs once per compaction.
+Why Python and not ``from_json``: the rules (typed conversion with reasons per column,
+a Kafka-key fallback for the key, ``_extra`` for unknown columns, the position from
+``source.sequence``) are one pass here; measured earlier, Spark's ``from_json`` plus
+the checks cost ~13 s per 32,000 records on two cores, this parse ~1 s.
 """
 
 from __future__ import annotations
@@ -40,7 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -51,25 +36,21 @@ import pyarrow as pa
 
 from spark_jobs.hot.events import epoch_micros
 from spark_jobs.silver.cdc import (
-    BATCH_COLUMN,
     POSITION_COLUMNS,
     ROW_OPS,
     SILVER_METADATA_COLUMNS,
     SNAPSHOT_RANK,
     STREAM_RANK,
-    UNAVAILABLE_VALUE,
-    merge_plan,
 )
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    from collections.abc import Iterator
 
-    from spark_jobs.driver_delta import DriverTable
+    from pyspark.sql.types import StructType
 
 __all__ = [
-    "Applied", "Change", "DeleteIndex", "Parsed", "Reject", "append_changes", "base_schema_of", "compact",
-    "compaction_source", "merge_changes", "newest_changes", "parse_records", "quarantine_table", "row_schema",
-    "sql_type_name", "toastable_of",
+    "PARSE_COLUMNS", "Change", "Parsed", "Reject", "parse_batches", "parse_output_schema", "parse_records",
+    "row_schema", "sql_type_name", "toastable_of",
 ]
 
 Position = tuple[int, int, int]
@@ -229,12 +210,12 @@ class Parsed:
 
 
 def row_schema(silver: pa.Schema) -> pa.Schema:
-    """The row image part of a silver table's Arrow schema (its columns minus the metadata and batch id)."""
-    return pa.schema([f for f in silver if f.name not in SILVER_METADATA_COLUMNS and f.name != BATCH_COLUMN])
+    """The row image part of a silver table's Arrow schema (its columns minus the metadata)."""
+    return pa.schema([f for f in silver if f.name not in SILVER_METADATA_COLUMNS])
 
 
 def toastable_of(silver: pa.Schema, keys: Sequence[str]) -> list[str]:
-    """TOAST-able columns of a silver (base or changes) Arrow schema: its non-key string row columns."""
+    """TOAST-able columns of a silver Arrow schema: its non-key string row columns."""
     from spark_jobs.silver.cdc import toastable_columns_of
 
     return toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in row_schema(silver)], keys)
@@ -422,70 +403,6 @@ def _key_value(key: bytes | None, name: str, convert: tuple[Callable[[Any], Any]
         return None
 
 
-class DeleteIndex:
-    """Per key, the position of its newest applied delete (the ``silver.<table>__deleted`` markers).
-
-    A change not newer than its key's marker is a stale re-send after the delete
-    (silver no longer holds the row, so the MERGE's position guard cannot catch it).
-    """
-
-    def __init__(self) -> None:
-        self._pos: dict[tuple[Any, ...], Position] = {}
-
-    def __len__(self) -> int:
-        return len(self._pos)
-
-    def add(self, key: tuple[Any, ...], pos: Position) -> None:
-        if key not in self._pos or pos > self._pos[key]:
-            self._pos[key] = pos
-
-    def add_table(self, markers: pa.Table, keys: Sequence[str]) -> None:
-        """Add marker rows (key columns + position columns) as read from the side table."""
-        cols = markers.select([*keys, *POSITION_COLUMNS]).to_pydict()
-        for i in range(markers.num_rows):
-            self.add(tuple(cols[k][i] for k in keys), tuple(int(cols[c][i]) for c in POSITION_COLUMNS))  # type: ignore[arg-type]
-
-    def supersedes(self, key: tuple[Any, ...], pos: Position) -> bool:
-        marker = self._pos.get(key)
-        return marker is not None and pos <= marker
-
-
-def newest_changes(changes: Iterable[Change], rows: pa.Schema, keys: Sequence[str], toastable: Sequence[str],
-                   deletes: DeleteIndex) -> list[Change]:
-    """The MERGE source: per key, the newest change (by position, then partition and offset).
-
-    A TOAST placeholder in the newest change takes the last real value (NULL
-    counts) an earlier change of the same key in this batch carried, so an
-    insert then an untouched-column update in one batch keeps the text; with no
-    earlier value the placeholder stays and the MERGE keeps the stored value.
-    A newest change not newer than the key's delete marker is dropped.
-    """
-    names = rows.names
-    key_index = [names.index(k) for k in keys]
-    toast_index = [names.index(c) for c in toastable]
-    by_key: dict[tuple[Any, ...], list[Change]] = {}
-    for ch in changes:
-        by_key.setdefault(tuple(ch.values[i] for i in key_index), []).append(ch)
-    out: list[Change] = []
-    for key, group in by_key.items():
-        group.sort(key=lambda c: (c.pos, c.partition, c.offset))
-        newest = group[-1]
-        if deletes.supersedes(key, newest.pos):
-            continue
-        holes = [i for i in toast_index if newest.values[i] == UNAVAILABLE_VALUE]
-        if holes and len(group) > 1:
-            values = list(newest.values)
-            for i in holes:
-                for earlier in reversed(group[:-1]):
-                    if earlier.values[i] != UNAVAILABLE_VALUE:
-                        values[i] = earlier.values[i]
-                        break
-            newest = Change(values, newest.op, newest.pos, newest.partition, newest.offset, newest.source_ts,
-                            newest.extra)
-        out.append(newest)
-    return out
-
-
 def changes_table(changes: Sequence[Change], silver: pa.Schema) -> pa.Table:
     """Changes -> Arrow rows of the silver table (its schema, in its column order), ``_op`` included."""
     rows = row_schema(silver)
@@ -507,150 +424,71 @@ def changes_table(changes: Sequence[Change], silver: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=silver)
 
 
-def quote(name: str) -> str:
-    """Double-quote an identifier for DataFusion SQL (delta-rs predicates)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
-def merge_changes(table: DeltaTable, source: pa.Table, keys: Sequence[str], toastable: Sequence[str],
-                  app_id: str, txn_name: str, batch_id: int) -> dict[str, Any] | None:
-    """MERGE ``source`` (:func:`changes_table`) into ``table`` once per batch; None when already committed.
+#: Columns :func:`parse_batches` adds after the silver table's: the record's Kafka coordinates (the order of
+#: changes with equal positions, and where a reject came from), the names of payload columns silver lacks,
+#: and for a reject the reason and the raw record (its silver columns are then null).
+PARSE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_extra_names", "_error", "_key", "_value")
 
-    The statement is :func:`spark_jobs.silver.cdc.merge_plan`'s: delete when the
-    change is a delete and newer, update when newer (TOAST placeholders keep the
-    stored value), insert unless a delete. Returns delta-rs's merge metrics.
+
+def parse_output_schema(silver: StructType) -> StructType:
+    """The Spark schema of :func:`parse_batches`' rows: ``silver`` (the table's columns) + ``PARSE_COLUMNS``."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType([*silver.fields,
+                       StructField("_topic", StringType()), StructField("_partition", IntegerType()),
+                       StructField("_offset", LongType()), StructField("_kafka_timestamp", TimestampType()),
+                       StructField("_extra_names", ArrayType(StringType())), StructField("_error", StringType()),
+                       StructField("_key", BinaryType()), StructField("_value", BinaryType())])
+
+
+def parse_batches(batches: Iterator[pa.RecordBatch], silver: pa.Schema, out: pa.Schema,
+                  keys: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: raw Kafka records (key, value, topic, partition, offset, kafka_timestamp) -> rows of
+    ``out`` (the Arrow form of :func:`parse_output_schema`), changes then rejects; tombstones are dropped.
+
+    ``silver`` is the table's Arrow schema (row image + metadata columns).
     """
-    from deltalake import CommitProperties, Transaction
-
-    txn = f"{app_id}:{txn_name}"
-    table.update_incremental()
-    done = table.transaction_version(txn)
-    if done is not None and int(done) >= batch_id:
-        return None
-    plan = merge_plan(keys, source.column_names, toastable, quote=quote)
-    merger = table.merge(source, plan.condition, source_alias="s", target_alias="t",
-                         commit_properties=CommitProperties(app_transactions=[Transaction(txn, batch_id)]))
-    result: dict[str, Any] = (merger
-                              .when_matched_delete(predicate=plan.delete_condition)
-                              .when_matched_update(updates=dict(plan.update_set), predicate=plan.update_condition)
-                              .when_not_matched_insert(updates=dict(plan.insert_values),
-                                                       predicate=plan.insert_condition)
-                              .execute())
-    return result
-
-
-@dataclass
-class Applied:
-    """What :func:`append_changes` did for one table and batch."""
-
-    changes: int  # newest changes appended (0: nothing to do)
-    deletes: int  # delete markers appended
-    newest_source_ts: int | None  # epoch micros of the newest PostgreSQL commit among them
-    written: bool  # False when the batch was committed before (a replay) or had no change
-
-
-def base_schema_of(changes: pa.Schema) -> pa.Schema:
-    """The base table's columns: the changes table's minus ``BATCH_COLUMN`` (same order)."""
-    return pa.schema([f for f in changes if f.name != BATCH_COLUMN])
-
-
-def append_changes(changes: DriverTable, deleted: DriverTable, index: DeleteIndex, batch: Sequence[Change],
-                   keys: Sequence[str], app_id: str, batch_id: int) -> Applied:
-    """One table's batch: newest change per key, appended to ``silver.<t>__changes``, then the delete markers.
-
-    Order matters for crash safety: changes first, markers after. A replay after a
-    crash between the two skips the append (its transaction is recorded) and
-    appends the markers; the other order would let the replay's recorded
-    markers hide the batch's own deletes from changes that were never written.
-    ``index`` learns the markers once they are committed.
-    """
-    schema = base_schema_of(changes.arrow_schema)
-    rows = row_schema(schema)
-    newest = newest_changes(batch, rows, keys, toastable_of(schema, keys), index)
-    if not newest:
-        return Applied(0, 0, None, False)
-    table = changes_table(newest, schema)
-    table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
-    written = changes.write_once(table, app_id, batch_id, "append")
-    markers = markers_table(newest, rows, keys, deleted.arrow_schema)
-    if markers.num_rows:
-        deleted.write_once(markers, app_id, batch_id, "append")
-        index.add_table(markers, keys)
-    stamps = [c.source_ts for c in newest if c.source_ts is not None]
-    return Applied(len(newest), markers.num_rows, max(stamps) if stamps else None, written)
-
-
-def compaction_source(pending: pa.Table, keys: Sequence[str], toastable: Sequence[str]) -> pa.Table:
-    """Rows of ``silver.<t>__changes`` -> the MERGE source: the newest change per key across batches.
-
-    Per key, rows are ordered by position, then batch (as the view orders them);
-    a TOAST placeholder in the newest row takes the newest earlier value of the
-    key that is not the placeholder (NULL counts), as :func:`newest_changes` does
-    within a batch. Vectorised (Arrow sort + numpy): a compaction reads tens of
-    thousands of rows. ``BATCH_COLUMN`` is dropped.
-    """
-    import numpy as np
-    import pyarrow.compute as pc
-
-    n = pending.num_rows
-    if n == 0:
-        return pending.drop_columns([BATCH_COLUMN])
-    order = [*keys, *POSITION_COLUMNS, BATCH_COLUMN]
-    t = pending.take(pc.sort_indices(pending, sort_keys=[(c, "ascending") for c in order]))
-    starts = np.zeros(n, dtype=bool)
-    starts[0] = True
-    for k in keys:
-        col = t.column(k)
-        starts[1:] |= pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    group = np.cumsum(starts)
-    last = np.append(starts[1:], True)
-    rows = np.arange(n)
-    for c in toastable:
-        col = t.column(c)
-        real = ~pc.fill_null(pc.equal(col, UNAVAILABLE_VALUE), False).to_numpy(zero_copy_only=False)
-        source = np.maximum.accumulate(np.where(real, rows, -1))  # newest real value at or before each row
-        usable = (source >= 0) & (group[np.clip(source, 0, None)] == group)
-        t = t.set_column(t.schema.get_field_index(c), c, col.take(pa.array(np.where(usable, source, rows))))
-    return t.filter(pa.array(last)).drop_columns([BATCH_COLUMN])
-
-
-def compact(base: DriverTable, pending: pa.Table, keys: Sequence[str], app_id: str, upto: int) -> dict[str, Any] | None:
-    """MERGE the pending changes (batches up to ``upto``) into ``silver.<t>__base``, once per ``upto``.
-
-    The statement is :func:`merge_changes`'s, guarded by position, so changes a
-    previous compaction merged already (kept one compaction longer, see
-    ``spark_jobs.silver.cdc``) are no-ops. Returns delta-rs's merge metrics, None
-    when nothing was pending or ``upto`` was merged before.
-    """
-    toastable = toastable_of(base.arrow_schema, keys)
-    source = compaction_source(pending, keys, toastable)
-    if source.num_rows == 0:
-        return None
-    source = source.select(base.arrow_schema.names).cast(base.arrow_schema)
-    return merge_changes(base.table, source, keys, toastable, app_id, base.name, upto)
-
-
-def markers_table(changes: Sequence[Change], rows: pa.Schema, keys: Sequence[str], markers: pa.Schema) -> pa.Table:
-    """Delete markers (key columns + position) of the delete changes, in the side table's schema."""
-    names = rows.names
-    deletes = [c for c in changes if c.op == "d"]
-    data: dict[str, list[Any]] = {k: [c.values[names.index(k)] for c in deletes] for k in keys}
-    for j, name in enumerate(POSITION_COLUMNS):
-        data[name] = [c.pos[j] for c in deletes]
-    return pa.Table.from_arrays([pa.array(data[f.name], f.type) for f in markers], schema=markers)
-
-
-def quarantine_table(rejects: Sequence[Reject], quarantined_at: datetime, stage: str = "cdc") -> pa.Table:
-    """Rejects -> ``quarantine.<stage>`` rows (``streaming.common.quarantine_arrow``)."""
-    from spark_jobs.streaming.common import quarantine_arrow
-
-    return quarantine_arrow(stage, {
-        "topic": pa.array([r.topic for r in rejects], pa.string()),
-        "partition": pa.array([r.partition for r in rejects], pa.int32()),
-        "offset": pa.array([r.offset for r in rejects], pa.int64()),
-        "kafka_timestamp": pa.array([r.kafka_timestamp for r in rejects], pa.timestamp("us", tz="UTC")),
-        "key": pa.array([r.key for r in rejects], pa.binary()),
-        "value": pa.array([r.value for r in rejects], pa.binary()),
-        "reason": pa.array(["unparseable"] * len(rejects), pa.string()),
-        "error": pa.array([r.error for r in rejects], pa.string()),
-    }, quarantined_at)
+    rows = row_schema(silver)
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        parsed = parse_records(pa.Table.from_batches([batch]), rows, keys)
+        parts = []
+        if parsed.changes:
+            ch = parsed.changes
+            table = changes_table(ch, silver)
+            n = len(ch)
+            extra = [list(json.loads(c.extra)) if c.extra else None for c in ch]
+            coords = {"_topic": pa.nulls(n, pa.string()), "_partition": pa.array([c.partition for c in ch], pa.int32()),
+                      "_offset": pa.array([c.offset for c in ch], pa.int64()),
+                      "_kafka_timestamp": pa.nulls(n, out.field("_kafka_timestamp").type),
+                      "_extra_names": pa.array(extra, pa.list_(pa.string())), "_error": pa.nulls(n, pa.string()),
+                      "_key": pa.nulls(n, pa.binary()), "_value": pa.nulls(n, pa.binary())}
+            parts.append(pa.Table.from_arrays([*table.columns, *(coords[c] for c in PARSE_COLUMNS)], schema=out))
+        if parsed.rejects:
+            rj = parsed.rejects
+            n = len(rj)
+            arrays = [pa.nulls(n, f.type) for f in silver]
+            ts_type = out.field("_kafka_timestamp").type
+            coords = {"_topic": pa.array([r.topic for r in rj], pa.string()),
+                      "_partition": pa.array([r.partition for r in rj], pa.int32()),
+                      "_offset": pa.array([r.offset for r in rj], pa.int64()),
+                      "_kafka_timestamp": pa.array([r.kafka_timestamp for r in rj], ts_type),
+                      "_extra_names": pa.nulls(n, pa.list_(pa.string())),
+                      "_error": pa.array([r.error for r in rj], pa.string()),
+                      "_key": pa.array([r.key for r in rj], pa.binary()),
+                      "_value": pa.array([r.value for r in rj], pa.binary())}
+            parts.append(pa.Table.from_arrays([*arrays, *(coords[c] for c in PARSE_COLUMNS)], schema=out))
+        for part in parts:
+            yield from part.to_batches()
