@@ -13,6 +13,7 @@ private file alone.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,10 +82,14 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         # Delta on S3 without a DynamoDB log store: single writer per table (DESIGN.md).
         "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
     }
-    if settings.spark_master.startswith("local"):
-        # Keep a local driver on loopback like every other service of the stack.
+    if on_this_machine(settings):
+        # Keep a local driver (or one of the stack's own cluster) on loopback like every other service.
         conf["spark.driver.bindAddress"] = settings.host
         conf["spark.driver.host"] = settings.host
+    if settings.spark_master.startswith("spark://"):
+        # A standalone application takes every free core by default: the stream, Spark Connect, Thrift and the
+        # jobs share the cluster, so each takes at most this many.
+        conf["spark.cores.max"] = str(settings.spark_cores_max)
     if with_jars:
         jars = [str(p) for p in spark_extra_jars(settings)]
         conf["spark.jars"] = ",".join(jars)
@@ -94,6 +99,11 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         conf["spark.driver.extraClassPath"] = ":".join(jars)
         conf["spark.executor.extraClassPath"] = ":".join(jars)
     return conf
+
+
+def on_this_machine(settings: Settings) -> bool:
+    """Whether Spark's executors run on this machine: ``local[...]`` or the stack's own cluster."""
+    return settings.spark_master.startswith("local") or settings.spark_cluster_workers > 0
 
 
 def public_spark_conf(settings: Settings) -> dict[str, str]:
@@ -154,8 +164,10 @@ def build_session(settings: Settings, app_name: str, extra: dict[str, str] | Non
                          "on the JVM's command line; set them through spark_conf (the private spark-defaults.conf)")
     # The JVM reads its defaults (S3 keys included) and log configuration from here, not from argv.
     os.environ["SPARK_CONF_DIR"] = str(write_spark_defaults(settings))
-    if settings.spark_master.startswith("local"):
+    if on_this_machine(settings):
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
+    # The Python the executors start for mapInArrow/UDFs: this one (same packages), unless set otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**public_spark_conf(settings), **(extra or {})}.items():
         builder = builder.config(key, value)

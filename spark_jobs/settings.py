@@ -119,6 +119,13 @@ class Settings:
     spark_master: str
     spark_driver_memory: str
     spark_shuffle_partitions: int
+    spark_cluster_workers: int  # 0: no cluster (LAKE_SPARK_MASTER local[...]); N: a standalone master + N workers
+    spark_cluster_master_port: int
+    spark_cluster_webui_port: int
+    spark_cluster_worker_port: int  # worker i (from 0) uses this + 2i (RPC) and + 2i + 1 (web UI)
+    spark_cluster_worker_cores: int
+    spark_cluster_worker_memory: str
+    spark_cores_max: int  # cores one application takes on the cluster (the stream, Connect, Thrift, each job)
     metastore_port: int
     metastore_uri: str
     metastore_heap: str
@@ -304,6 +311,13 @@ _DEFAULTS: dict[str, str] = {
     "s3_secret_key": "",
     "spark_master": "local[2]",
     "spark_driver_memory": "2g",
+    "spark_cluster_workers": "0",
+    "spark_cluster_master_port": "17077",
+    "spark_cluster_webui_port": "18085",
+    "spark_cluster_worker_port": "17080",
+    "spark_cluster_worker_cores": "2",
+    "spark_cluster_worker_memory": "3g",
+    "spark_cores_max": "2",
     "spark_shuffle_partitions": "4",
     "metastore_port": "19083",
     "metastore_uri": "thrift://{host}:{metastore_port}",
@@ -412,7 +426,8 @@ PORT_NAMES = ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", 
               "metastore_port", "thrift_port", "thrift_driver_port", "thrift_block_manager_port",
               "spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port",
               "stream_driver_port", "stream_block_manager_port", "dq_docs_port", "airflow_port",
-              "airflow_scheduler_health_port")
+              "airflow_scheduler_health_port", "spark_cluster_master_port", "spark_cluster_webui_port",
+              "spark_cluster_worker_port")
 
 
 def _validate(s: Settings) -> None:
@@ -463,5 +478,15 @@ def _validate(s: Settings) -> None:
     if s.slot_min_safe_wal_mb < 0 or s.stack_min_free_disk_mb < 0:
         raise SettingsError(f"LAKE_SLOT_MIN_SAFE_WAL_MB={s.slot_min_safe_wal_mb} and LAKE_STACK_MIN_FREE_DISK_MB="
                             f"{s.stack_min_free_disk_mb} must be >= 0 (MB; 0 turns the warning off)")
+    cluster_master = f"spark://{s.host}:{s.spark_cluster_master_port}"
+    if s.spark_cluster_workers < 0 or s.spark_cluster_worker_cores < 1 or s.spark_cores_max < 1:
+        raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKERS={s.spark_cluster_workers} must be >= 0 and "
+                            f"LAKE_SPARK_CLUSTER_WORKER_CORES={s.spark_cluster_worker_cores}, LAKE_SPARK_CORES_MAX="
+                            f"{s.spark_cores_max} >= 1")
+    if s.spark_cluster_workers and s.spark_master != cluster_master:
+        raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKERS={s.spark_cluster_workers} starts a Spark cluster at "
+                            f"{cluster_master}, but LAKE_SPARK_MASTER={s.spark_master!r}: set "
+                            "LAKE_SPARK_MASTER=spark://{host}:{spark_cluster_master_port} to run on it (or "
+                            "LAKE_SPARK_CLUSTER_WORKERS=0)")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")

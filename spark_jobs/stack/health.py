@@ -239,6 +239,20 @@ def spark_connect(settings: Settings) -> Probe:
     return False, f"nothing listening on {settings.host}:{settings.spark_connect_port}"
 
 
+def spark_cluster(settings: Settings) -> Probe:
+    """The standalone master answers and every worker registered ALIVE."""
+    url = f"http://{settings.host}:{settings.spark_cluster_webui_port}/json/"
+    try:
+        state = http_json(url)
+    except (OSError, ValueError) as exc:
+        return False, f"master web UI {url} not answering ({exc})"
+    alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+    if len(alive) < settings.spark_cluster_workers:
+        return False, f"{len(alive)} of {settings.spark_cluster_workers} worker(s) ALIVE at {state.get('url')}"
+    cores = sum(int(w.get("cores", 0)) for w in alive)
+    return True, f"{state.get('url')}: {len(alive)} worker(s), {cores} cores, {len(state.get('activeapps', []))} app(s)"
+
+
 def dq_docs(settings: Settings) -> Probe:
     url = f"http://{settings.host}:{settings.dq_docs_port}/index.html"
     try:

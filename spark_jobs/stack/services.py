@@ -459,7 +459,43 @@ def services(settings: Settings) -> list[Service]:
         start_timeout=240,
         hint="Airflow needs PostgreSQL; its metadata DB is migrated by `lake stack up`",
     )
-    return [postgres, minio, kafka, connect, metastore, thrift, spark_connect, dq_docs, airflow]
+    cluster = [spark_cluster(settings, env)] if settings.spark_cluster_workers else []
+    return [postgres, minio, kafka, connect, metastore, *cluster, thrift, spark_connect, dq_docs, airflow]
+
+
+def spark_cluster(settings: Settings, env: dict[str, str]) -> Service:
+    """A Spark standalone cluster on this machine (``LAKE_SPARK_CLUSTER_WORKERS`` > 0): a master and N workers
+    from pyspark's own distribution, on ``LAKE_HOST`` (``SPARK_LOCAL_IP`` binds their executors there too).
+
+    Executors inherit the workers' environment: the venv's Python (``PYSPARK_PYTHON``) and this repository on
+    ``PYTHONPATH``, so ``mapInArrow`` code (the CDC parse) imports the same packages as the driver.
+    """
+    from spark_jobs.jars import pyspark_home
+
+    spark_class = str(pyspark_home() / "bin" / "spark-class")
+    host = settings.host
+    master = f"spark://{host}:{settings.spark_cluster_master_port}"
+    cluster_env = {**env, "SPARK_NO_DAEMONIZE": "1", "SPARK_LOG_DIR": str(settings.log_dir),
+                   "SPARK_WORKER_DIR": str(settings.data_dir / "spark-work")}
+    programs = [Program(name="spark-master",
+                        command=[spark_class, "org.apache.spark.deploy.master.Master", "--host", host,
+                                 "--port", str(settings.spark_cluster_master_port),
+                                 "--webui-port", str(settings.spark_cluster_webui_port)],
+                        env=cluster_env, start_secs=10)]
+    ports = [settings.spark_cluster_master_port, settings.spark_cluster_webui_port]
+    for i in range(settings.spark_cluster_workers):
+        port = settings.spark_cluster_worker_port + 2 * i
+        programs.append(Program(
+            name=f"spark-worker-{i + 1}",
+            command=[spark_class, "org.apache.spark.deploy.worker.Worker", "--host", host, "--port", str(port),
+                     "--webui-port", str(port + 1), "--cores", str(settings.spark_cluster_worker_cores),
+                     "--memory", settings.spark_cluster_worker_memory,
+                     "--work-dir", str(settings.data_dir / "spark-work" / f"worker-{i + 1}"), master],
+            env=cluster_env, start_secs=10))
+        ports += [port, port + 1]
+    return Service(name="spark-cluster", programs=tuple(programs), ports=tuple(ports), endpoint=master,
+                   probe=health.spark_cluster, start_timeout=120,
+                   hint="the Spark standalone master and workers from pyspark's distribution (LAKE_SPARK_CLUSTER_*)")
 
 
 def stream_program(settings: Settings) -> Program:

@@ -70,3 +70,16 @@ def wait_running(settings: Settings, program: str, old_pid: int, timeout: float 
             supervisor.start_program(settings, program)
         time.sleep(1)
     raise AssertionError(f"{program} did not come back after SIGKILL")
+
+
+def wait_and_verify_cdc(timeout: float = 900) -> None:
+    """`lake stream wait` (every committed change applied), then `lake verify cdc`: silver equals PostgreSQL."""
+    import json
+
+    waited = run_lake("stream", "wait", "--timeout", str(timeout), check=False, timeout=timeout + 60)
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    proc = run_lake("verify", "cdc", "--json", check=False, timeout=600)
+    diffs = json.loads(proc.stdout)
+    assert set(diffs) == {"silver.customers", "silver.products", "silver.orders", "silver.order_items"}
+    bad = {t: lines[:10] for t, lines in diffs.items() if lines}
+    assert not bad, json.dumps(bad, indent=1, ensure_ascii=False)

@@ -82,3 +82,23 @@ def test_stale_pid_file_is_removed(tmp_path: Path) -> None:
     assert supervisor.daemon_pid(s) is None
     assert not supervisor.pid_path(s).exists()
     assert not supervisor.socket_path(s).exists()
+
+
+def test_a_spark_cluster_is_a_supervised_master_and_workers_on_lake_host(tmp_path: Path) -> None:
+    from spark_jobs.session import public_spark_conf
+    from spark_jobs.settings import SettingsError
+
+    base = {"LAKE_STATE_DIR": str(tmp_path), "LAKE_HOST": "127.0.0.4"}
+    assert "spark-cluster" not in [s.name for s in services.services(load_settings(base))]
+    with pytest.raises(SettingsError, match=r"LAKE_SPARK_MASTER=spark://\{host\}"):
+        load_settings({**base, "LAKE_SPARK_CLUSTER_WORKERS": "2"})
+    s = load_settings({**base, "LAKE_SPARK_CLUSTER_WORKERS": "2", "LAKE_SPARK_MASTER": "spark://127.0.0.4:17077"})
+    cluster = next(sv for sv in services.services(s) if sv.name == "spark-cluster")
+    assert [p.name for p in cluster.programs] == ["spark-master", "spark-worker-1", "spark-worker-2"]
+    assert cluster.ports == (17077, 18085, 17080, 17081, 17082, 17083)
+    for program in cluster.programs:
+        assert program.command[program.command.index("--host") + 1] == "127.0.0.4"
+        assert program.env["SPARK_LOCAL_IP"] == "127.0.0.4" and program.env["PYSPARK_PYTHON"]
+    assert cluster.programs[1].command[-1] == "spark://127.0.0.4:17077"
+    conf = public_spark_conf(s)
+    assert conf["spark.cores.max"] == "2" and conf["spark.driver.host"] == "127.0.0.4"
