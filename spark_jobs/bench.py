@@ -14,7 +14,10 @@
    ``lake stream wait`` holds, including the driver's start (JVM, session,
    tables), and from the start of its first batch (the status file's
    ``committed_at`` minus ``batch_seconds``) to the newest silver commit,
-   the one that applied the last backlog change.
+   the one that applied the last backlog change; and the driver's share of the CPU meanwhile
+   (:mod:`spark_jobs.proc_cpu`: driver process and JVM threads vs Spark task threads, Python workers
+   and, on the stack's cluster, executor JVMs).
+3. The analysts' probe query ``SELECT count(*), sum(total) FROM silver.orders`` (best of three).
 
 Figures only: nothing here asserts a target (machines are shared and noisy).
 
@@ -36,6 +39,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from spark_jobs import proc_cpu
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 from spark_jobs.settings import Settings
 
@@ -115,6 +119,15 @@ class _Driver:
                                      stderr=subprocess.STDOUT, start_new_session=True)
         print(f"bench: streaming app (cdc only) pid {self.proc.pid}, log {log.name}", flush=True)
 
+    def pid(self) -> int | None:
+        """The Python driver's pid (its JVM and Python workers are its descendants)."""
+        from spark_jobs.stack import supervisor
+
+        if self.mode == "supervised":
+            info = supervisor.program_info(self.settings, "stream") or {}
+            return int(info["pid"]) if info.get("pid") else None
+        return self.proc.pid if self.proc is not None else None
+
     def stop(self) -> None:
         from spark_jobs import stream_control
 
@@ -160,6 +173,27 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
             return datetime.fromisoformat(doc["committed_at"]).timestamp() - float(doc.get("batch_seconds", 0))
         time.sleep(0.2)
     return None
+
+
+def _cluster_app_id(settings: Settings, name: str) -> str | None:
+    """The application id of ``name`` on the stack's own Spark cluster (None without one)."""
+    from spark_jobs.stack.health import http_json
+
+    if not settings.spark_cluster_workers:
+        return None
+    state = http_json(f"http://{settings.host}:{settings.spark_cluster_webui_port}/json/")
+    ids = [str(a["id"]) for a in state.get("activeapps", []) if a.get("name") == name]
+    return ids[0] if ids else None
+
+
+def _silver_query_seconds(spark: Any, runs: int = 3) -> dict[str, Any]:
+    """Best of ``runs`` of the analysts' probe query on silver.orders, with the table's size."""
+    timings = []
+    for _ in range(runs):
+        t = time.monotonic()
+        row = spark.sql("SELECT count(*) AS n, sum(total) AS total FROM silver.orders").first()
+        timings.append(time.monotonic() - t)
+    return {"rows": int(row["n"]), "best_s": round(min(timings), 3), "runs_s": [round(x, 3) for x in timings]}
 
 
 def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
@@ -221,8 +255,11 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     t1 = time.monotonic()
     driver.start()
     first_start = _first_batch_start(settings, batch_before, 900)
+    driver_pid, app_id = driver.pid(), _cluster_app_id(settings, "lake-stream")
+    cpu0 = proc_cpu.sample(driver_pid, app_id) if driver_pid else None
     ok2 = stream_control.wait(settings, 3600)
     drain_s = time.monotonic() - t1
+    cpu = proc_cpu.share(cpu0, proc_cpu.sample(driver_pid, app_id)) if cpu0 and driver_pid else {}
     driver.stop()
     # The backlog is applied when the last silver commit holding it lands: with the loadgen stopped, no
     # later change reaches silver (heartbeat-only batches commit no silver version), so that is the
@@ -234,8 +271,10 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
                 "catch_up_per_s": round(backlog / drain_s, 1) if ok2 else None,
                 "drain_s_from_first_batch": round(from_first, 1) if from_first else None,
                 "catch_up_per_s_from_first_batch": round(backlog / from_first, 1) if ok2 and from_first else None,
-                "caught_up": ok2}
+                "caught_up": ok2, **cpu}
     print("bench: catch-up " + json.dumps(catch_up), flush=True)
+    query_s = _silver_query_seconds(spark)
+    print(f"bench: SELECT count(*), sum(total) FROM silver.orders: {query_s}", flush=True)
     p95 = _percentile(lat, 0.95)
     ratios = {
         "latency_p95_vs_target_5s": round(p95 / 5.0, 2) if lat else None,
@@ -245,7 +284,8 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
             round(backlog / from_first / 5000.0, 3) if ok2 and from_first else None,
     }
     print("bench: ratios " + json.dumps(ratios), flush=True)
-    return {"steady": steady, "catch_up": catch_up, "ratios": ratios, "driver": driver.mode,
+    return {"steady": steady, "catch_up": catch_up, "ratios": ratios, "silver_orders_query": query_s,
+            "driver": driver.mode,
             "loadgen_commit": "async" if async_commit else "sync", "loadgen_connections": connections}
 
 

@@ -23,7 +23,7 @@ import pytest
 from spark_jobs.loadgen.cdc.runner import run as run_loadgen
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health, supervisor
-from tests.integration.conftest import run_lake
+from tests.integration.conftest import run_lake, wait_and_verify_cdc
 
 
 @pytest.fixture(scope="module")
@@ -33,23 +33,13 @@ def cdc(stack: Settings) -> Iterator[Settings]:
     yield stack
 
 
-def _wait_and_verify(settings: Settings, timeout: float = 900) -> None:
-    waited = run_lake("stream", "wait", "--timeout", str(timeout), check=False, timeout=timeout + 60)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
-    proc = run_lake("verify", "cdc", "--json", check=False, timeout=600)
-    diffs = json.loads(proc.stdout)
-    assert set(diffs) == {"silver.customers", "silver.products", "silver.orders", "silver.order_items"}
-    bad = {t: lines[:10] for t, lines in diffs.items() if lines}
-    assert not bad, json.dumps(bad, indent=1, ensure_ascii=False)
-
-
 def _silver_count(sql: str) -> int:
     out = run_lake("sql", "-e", sql, "--format", "json").stdout.strip().splitlines()
     return int(next(iter(json.loads(out[-1]).values())))
 
 
 def test_initial_snapshot_reaches_silver(cdc: Settings) -> None:
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
     # The seeded rows came through the snapshot (op=r) unless a later change replaced them.
     assert _silver_count("SELECT count(*) FROM silver.customers WHERE customer_id IN (1, 2, 3)") == 3
 
@@ -58,7 +48,7 @@ def test_initial_snapshot_reaches_silver(cdc: Settings) -> None:
 def test_silver_equals_postgres_after_seeded_load(cdc: Settings, seed: int) -> None:
     report = run_loadgen(cdc, rate=400, duration=8, seed=seed)
     assert report.total_changes > 500
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
 
 
 def _kill(settings: Settings, program: str) -> int:
@@ -113,7 +103,7 @@ def test_streaming_driver_sigkilled_during_load(cdc: Settings) -> None:
         pid = _kill(cdc, "stream")
         _wait_running(cdc, "stream", pid)
     load.join()
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
 
 
 def test_connect_worker_sigkilled_during_load(cdc: Settings) -> None:
@@ -127,7 +117,7 @@ def test_connect_worker_sigkilled_during_load(cdc: Settings) -> None:
         time.sleep(2)
     run_lake("connectors", "apply")  # waits until the task runs again
     load.join()
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
 
 
 def test_malformed_record_is_quarantined_and_the_app_keeps_applying(cdc: Settings) -> None:
@@ -142,7 +132,7 @@ def test_malformed_record_is_quarantined_and_the_app_keeps_applying(cdc: Setting
         cur.execute("UPDATE customers SET loyalty_tier = 'quarantine-test' WHERE customer_id = "
                     "(SELECT min(customer_id) FROM customers)")
     conn.close()
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
     rows = run_lake("sql", "-e", "SELECT error, topic, offset FROM quarantine.cdc "
                     f"WHERE value = X'{marker.hex()}'", "--format", "json").stdout.strip().splitlines()
     assert len(rows) == 1, rows
@@ -158,7 +148,7 @@ def test_added_column_flows_into_silver(cdc: Settings) -> None:
                     "(SELECT customer_id FROM customers ORDER BY customer_id LIMIT 5)")
     conn.close()
     run_loadgen(cdc, rate=300, duration=3, seed=66)
-    _wait_and_verify(cdc)  # verify compares every PostgreSQL column, nickname included
+    wait_and_verify_cdc()  # verify compares every PostgreSQL column, nickname included
     assert _silver_count("SELECT count(*) FROM silver.customers WHERE nickname LIKE 'Nick %'") == 5
 
 
@@ -175,7 +165,7 @@ def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: S
         cur.execute("UPDATE customers SET loyalty_tier = 'delta-history' WHERE customer_id = "
                     "(SELECT max(customer_id) FROM customers)")
     conn.close()
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
     history = [json.loads(line) for line in run_lake(
         "sql", "-e", "SELECT version, operation, operationParameters, operationMetrics FROM "
         "(DESCRIBE HISTORY silver.customers)", "--format", "json").stdout.strip().splitlines()]
@@ -236,7 +226,7 @@ def test_poison_records_are_quarantined_and_the_stream_keeps_running(cdc: Settin
     assert len(offsets) == 3 and min(o for _, o in offsets) >= 0, offsets
     # Changes after the poison must still be applied.
     assert run_loadgen(cdc, rate=200, duration=3, seed=77).total_changes > 0
-    _wait_and_verify(cdc)
+    wait_and_verify_cdc()
 
     after = supervisor.program_info(cdc, "stream") or {}
     assert after.get("statename") == "RUNNING" and after.get("pid") == before.get("pid"), (before, after)
