@@ -270,23 +270,19 @@ def apply_changes(target: DeltaTable, changes: DataFrame, keys: Sequence[str], m
     a crash in between leaves the row deleted and the replay appends them; the other order would let a
     replay's recorded marker hide the batch's own delete from the MERGE.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     columns = target.toDF().schema
     rows = StructType([f for f in columns.fields if f.name not in SILVER_METADATA_COLUMNS])
     toastable = toastable_columns(rows, keys)
+    # Not cached: a source cached while the MERGE runs fails it (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION),
+    # and it is cheap to recompute (a window over the batch's cached parsed rows; the markers' snapshot is
+    # pinned when the frame is built), so the markers are derived from the same rows after the MERGE.
     source = newest_changes(changes, columns.names, keys, toastable, markers)
+    merge(target, source, keys, toastable)
     if append_markers is not None:
-        source = source.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        merge(target, source, keys, toastable)
-        if append_markers is not None:
-            append_markers(source.where(F.col("_op") == "d").select(*[F.col(quote_ident(c)) for c in
-                                                                       [*keys, *POSITION_COLUMNS]]))
-    finally:
-        if append_markers is not None:
-            source.unpersist()
+        append_markers(source.where(F.col("_op") == "d").select(*[F.col(quote_ident(c)) for c in
+                                                                   [*keys, *POSITION_COLUMNS]]))
 
 
 def merge(target: DeltaTable, source: DataFrame, keys: Sequence[str], toastable: Sequence[str]) -> None:
