@@ -68,9 +68,6 @@ def _run(settings: Settings) -> int:
         "spark.sql.shuffle.partitions": str(max(2, settings.spark_shuffle_partitions)),
         "spark.databricks.delta.optimizeWrite.enabled": "false",
         "spark.databricks.delta.autoCompact.enabled": "false",
-        # The CDC MERGE's source is deterministic (cached parsed records, a window ordered by a unique Kafka
-        # position), so Delta need not materialise it again before the MERGE's two passes (one job less).
-        "spark.databricks.delta.merge.materializeSource": "none",
         # Small, frequent batches: rebuild Delta snapshots with few tasks (default 50).
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.default.parallelism": "2",

@@ -275,9 +275,11 @@ def apply_changes(target: DeltaTable, changes: DataFrame, keys: Sequence[str], m
     columns = target.toDF().schema
     rows = StructType([f for f in columns.fields if f.name not in SILVER_METADATA_COLUMNS])
     toastable = toastable_columns(rows, keys)
-    # Not cached: a source cached while the MERGE runs fails it (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION),
-    # and it is cheap to recompute (a window over the batch's cached parsed rows; the markers' snapshot is
-    # pinned when the frame is built), so the markers are derived from the same rows after the MERGE.
+    # Not cached by us: Delta materialises a MERGE source that is not a plain Delta scan itself
+    # (merge.materializeSource=auto). With "none" the MERGE failed whenever another table's thread cached its
+    # parsed rows meanwhile (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION, seen on the stack). The markers are
+    # derived from the same rows after the MERGE (cheap: a window over the batch's cached parsed rows; the
+    # markers' snapshot is pinned when the frame is built).
     source = newest_changes(changes, columns.names, keys, toastable, markers)
     merge(target, source, keys, toastable)
     if append_markers is not None:
