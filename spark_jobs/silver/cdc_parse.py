@@ -433,7 +433,8 @@ PARSE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp", "_extra_
 
 
 def parse_output_schema(silver: StructType) -> StructType:
-    """The Spark schema of :func:`parse_batches`' rows: ``silver`` (the table's columns) + ``PARSE_COLUMNS``."""
+    """The Spark schema of :func:`parse_batches`' rows: ``silver`` (the table's columns, nullable) +
+    ``PARSE_COLUMNS``."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -445,7 +446,8 @@ def parse_output_schema(silver: StructType) -> StructType:
         TimestampType,
     )
 
-    return StructType([*silver.fields,
+    # Every column nullable, the silver key too (NOT NULL there): a reject row has no row image.
+    return StructType([*[StructField(f.name, f.dataType, True) for f in silver.fields],
                        StructField("_topic", StringType()), StructField("_partition", IntegerType()),
                        StructField("_offset", LongType()), StructField("_kafka_timestamp", TimestampType()),
                        StructField("_extra_names", ArrayType(StringType())), StructField("_error", StringType()),

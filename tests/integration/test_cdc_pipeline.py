@@ -167,8 +167,7 @@ def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: S
     conn.close()
     wait_and_verify_cdc()
     history = [json.loads(line) for line in run_lake(
-        "sql", "-e", "SELECT version, operation, operationParameters, operationMetrics FROM "
-        "(DESCRIBE HISTORY silver.customers)", "--format", "json").stdout.strip().splitlines()]
+        "sql", "-e", "DESCRIBE HISTORY silver.customers", "--format", "json").stdout.strip().splitlines()]
     merges = [h for h in history if h["operation"] == "MERGE"]
     assert merges, history[:5]
     properties = run_lake("sql", "-e", "SHOW TBLPROPERTIES silver.customers", "--format", "json").stdout

@@ -347,3 +347,16 @@ def test_random_runs_with_resends_end_as_postgresql(tmp_path: Path, spark: Any, 
     want = sorted(_postgres(log).values(), key=repr)
     assert want, "the random log left no row: the comparison would prove nothing"
     assert lake.rows() == want
+
+
+def test_a_record_that_cannot_be_parsed_is_a_reject_row_even_with_a_not_null_key(spark: Any) -> None:
+    """The parse in Spark tasks hands rejects back as rows whose silver columns are null: the key too, which is
+    NOT NULL in silver (a malformed record once crash-looped the stream with "Value at index is null")."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    silver = _silver_schema()
+    silver = StructType([StructField("id", IntegerType(), False), *silver.fields[1:]])
+    records = [(b'{"id": 1}', b"not json"), change("c", {"id": 2}, after=row(2))]
+    parsed = parse_frame(spark.createDataFrame(raw(records)), silver, KEYS).collect()
+    assert sorted((r["_offset"], r["id"], r["_value"], r["_error"] is not None) for r in parsed) == [
+        (0, None, b"not json", True), (1, 2, None, False)]
