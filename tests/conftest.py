@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +13,8 @@ def spark() -> Iterator[Any]:
     """One plain local Spark for pure-transform unit tests (no catalog, no lake)."""
     from pyspark.sql import SparkSession
 
+    # Python workers (mapInArrow) run the test's interpreter, with the project's packages (pyspark reads it here).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("lakestream-unit")
