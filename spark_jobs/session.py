@@ -13,6 +13,7 @@ private file alone.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,6 +152,10 @@ def build_session(settings: Settings, app_name: str, extra: dict[str, str] | Non
     os.environ["SPARK_CONF_DIR"] = str(write_spark_defaults(settings))
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
+    # Python workers (mapInArrow in the events query and `lake reconcile`) run this interpreter, so they have
+    # the project's packages; pyspark takes the executors' Python from here. A cluster's workers need the same
+    # venv at the same path.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**public_spark_conf(settings), **(extra or {})}.items():
         builder = builder.config(key, value)

@@ -98,6 +98,9 @@ STATE_STORE_CONF = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
+#: File under ``<run dir>/failpoints/`` that holds a batch after its hot commit, before its appends (tests only:
+#: the crash test kills the driver there, see ``_hold_if_asked``).
+HOLD_BEFORE_APPEND_FAILPOINT = "events-hold-before-append"
 _RAW, _CHECKED = "raw", "checked"
 
 
@@ -233,6 +236,7 @@ class EventsApp:
             hot_committed = datetime.now(UTC)
             steps["hot_commit"] = time.monotonic() - t
 
+            self._hold_if_asked(batch_id)
             t = time.monotonic()
             self._append(frame, valid, checked, app_id, batch_id)
             steps["append"] = time.monotonic() - t
@@ -255,9 +259,10 @@ class EventsApp:
         }
         t = time.monotonic()
         assert self.ledger is not None
+        ledger["committed_at"] = datetime.now(UTC)  # every table holds the batch from here
+        ledger["step_seconds"] = list(steps.items())
         self.ledger.write_once([ledger], app_id, batch_id, "append")
         steps["ledger"] = time.monotonic() - t
-        ledger["batch_seconds"] = time.monotonic() - started
         self.done_through = batch_id
         self._record_progress(batch_id, ledger, stats, steps)
         if received >= LOG_BATCH_RECORDS:  # a backlog: show progress and where the time goes
@@ -298,6 +303,15 @@ class EventsApp:
                    for table, rows in ((BRONZE, bronze), (SILVER, valid), (QUARANTINE, quarantine))]
         for future in futures:
             future.result()
+
+    def _hold_if_asked(self, batch_id: int) -> None:
+        """Wait while the failpoint file exists (tests: a driver killed with the hot tables ahead of the rest)."""
+        hold = self.settings.run_dir / "failpoints" / HOLD_BEFORE_APPEND_FAILPOINT
+        if hold.exists():
+            print(f"lake stream: {QUERY} batch {batch_id}: hot tables committed, holding before the appends "
+                  f"(failpoint {hold})", flush=True)
+        while hold.exists():
+            time.sleep(0.1)
 
     # -- restart ---------------------------------------------------------------------
 
@@ -357,7 +371,8 @@ def ledger_schema() -> StructType:
         StructField("watermark_before", TimestampType()), StructField("watermark_after", TimestampType()),
         StructField("max_ingest_time", TimestampType()), StructField("hot_committed_at", TimestampType()),
         StructField("offsets", MapType(StringType(), StringType())),
-        StructField("batch_seconds", DoubleType()),
+        StructField("batch_seconds", DoubleType()), StructField("committed_at", TimestampType()),
+        StructField("step_seconds", MapType(StringType(), DoubleType())),
     ])
 
 
