@@ -22,10 +22,11 @@ micro-batch shared by two branches):
 **Each micro-batch** (``foreachBatch``, :meth:`EventsApp.process`), on the
 persisted batch:
 
-1. one Spark job counts the batch per Kafka partition (received, offsets,
-   unique valid, rejects, late, newest on-time event time) and one job
-   aggregates its unique valid events per hot window
-   (:func:`spark_jobs.hot.events.batch_deltas`); only these rows reach the driver;
+1. one Spark job reads, checks and de-duplicates the batch (cached for the
+   writes), counts it per Kafka partition (received, offsets, unique valid,
+   rejects, late, newest on-time event time) and aggregates its unique valid
+   events per hot window (:func:`spark_jobs.hot.events.batch_deltas`); only
+   these rows reach the driver;
 2. ``_late``: an event older than the watermark in force (newest on-time
    event time seen - ``LAKE_EVENTS_WATERMARK_MINUTES``) is kept in silver and
    counted in its window's ``late_events``, never added to its metrics;
@@ -91,9 +92,12 @@ HOT_TABLE_PROPERTIES = {"delta.deletedFileRetentionDuration": "interval 1 hours"
 HOT_MAINTENANCE_SECONDS = 600
 #: Batches of at least this many records (a backlog) get a progress line with their step times in the log.
 LOG_BATCH_RECORDS = 20_000
-#: RocksDB state store (Spark docs, "RocksDB state store implementation"): state off the JVM heap; with
-#: changelog checkpointing a batch uploads only its changes to the checkpoint store.
+#: Set for this query only (see ``start``). RocksDB state store (Spark docs, "RocksDB state store
+#: implementation"): state off the JVM heap; with changelog checkpointing a batch uploads only its changes.
 STATE_STORE_CONF = {
+    # State store partitions (fixed in the checkpoint at its first batch): one per core of this machine;
+    # each is a RocksDB instance opened, committed and uploaded per batch.
+    "spark.sql.shuffle.partitions": "2",
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -219,17 +223,19 @@ class EventsApp:
         late = late_flag(watermark_before)
         frame = frame.persist()
         try:
+            checked = frame.where(F.col("_kind") == _CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
+            valid = valid_events(checked, keep=[late.alias("_late"), F.lit(batch_id).cast("bigint").alias("_batch_id")])
+            # One Spark job: read, check, de-duplicate (and cache) the batch, count it per Kafka partition and
+            # aggregate it per hot window; only these small rows reach the driver.
             t = time.monotonic()
-            stats = [r.asDict() for r in batch_stats(frame, late).collect()]
-            steps["read_check_dedup"] = time.monotonic() - t
+            summary = [r.asDict() for r in batch_stats(frame, late)
+                       .unionByName(batch_deltas(valid), allowMissingColumns=True).collect()]
+            steps["read_check_dedup_aggregate"] = time.monotonic() - t
+            stats = [r for r in summary if r["table"] is None]
+            deltas = [r for r in summary if r["table"] is not None]
             received = sum(int(r["received"]) for r in stats)
             if received == 0:  # a no-data batch (the state store evicting old ids): nothing to write
                 return
-            checked = frame.where(F.col("_kind") == _CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
-            valid = valid_events(checked, keep=[late.alias("_late"), F.lit(batch_id).cast("bigint").alias("_batch_id")])
-            t = time.monotonic()
-            deltas = [r.asDict() for r in batch_deltas(valid).collect()]
-            steps["hot_aggregate"] = time.monotonic() - t
             t = time.monotonic()
             ingest_time = max(r["ingest_time"] for r in stats).astimezone(UTC)
             self._commit_hot(deltas, app_id, batch_id, ingest_time)
@@ -297,7 +303,9 @@ class EventsApp:
             F.col("_reason").alias("reason"), F.col("_error").alias("error"),
             F.col("ingest_time").alias("quarantined_at"))
         def write(table: str, rows: DataFrame) -> None:
-            once_writer(rows, table, app_id, batch_id).mode("append").save(table_location(self.settings, table))
+            # One task and one file per table (and date) per batch: the batch is cached, and each further
+            # task is an S3 upload and a small file more.
+            once_writer(rows.coalesce(1), table, app_id, batch_id).mode("append").save(table_location(self.settings, table))
 
         futures = [self._writers.submit(write, table, rows)
                    for table, rows in ((BRONZE, bronze), (SILVER, valid), (QUARANTINE, quarantine))]

@@ -38,6 +38,7 @@ class Run:
         self.inbox.mkdir()
         self.batches: list[list[dict[str, Any]]] = []
         self.stats: list[list[dict[str, Any]]] = []
+        self.previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
         for key, value in STATE_STORE_CONF.items():
             spark.conf.set(key, value)
         source = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(self.inbox))
@@ -70,8 +71,11 @@ def run(spark: Any, tmp_path: Path) -> Iterator[Run]:
     r = Run(spark, tmp_path)
     yield r
     r.query.stop()
-    for key in STATE_STORE_CONF:
-        spark.conf.unset(key)
+    for key, old in r.previous.items():
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
 
 
 def _kinds(rows: list[dict[str, Any]], kind: str) -> list[tuple[int, int]]:
