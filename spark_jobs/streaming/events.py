@@ -352,8 +352,22 @@ class EventsApp:
             "batch_seconds": round(ledger["batch_seconds"], 3), "batch_records": ledger["received"],
             "watermark": wm.isoformat() if wm else None,
             "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
+            "dedup_state": self._state_metrics(),
         })
         write_json_atomic(events_status_path(self.settings), self.progress)
+
+    def _state_metrics(self) -> dict[str, Any] | None:
+        """The de-duplication state as of the previous batch (Spark's query progress): ids held, memory,
+        partitions, and whether RocksDB holds it."""
+        for query in self.spark.streams.active:
+            if query.name == QUERY and query.lastProgress:
+                for op in query.lastProgress.get("stateOperators", []):
+                    metrics = op.get("customMetrics", {})
+                    return {"rows": op.get("numRowsTotal"), "memory_bytes": op.get("memoryUsedBytes"),
+                            "partitions": op.get("numShufflePartitions"),
+                            "rocksdb": any(k.startswith("rocksdb") for k in metrics),
+                            "dropped_duplicates": metrics.get("numDroppedDuplicateRows")}
+        return None
 
     def _maintain_hot_if_due(self) -> None:
         """Each batch's MERGE adds a small file to a hot table: compact them and drop the removed ones."""
