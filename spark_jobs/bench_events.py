@@ -14,8 +14,8 @@
    the app is started again; the ingest rate is backlog events / time from the
    start of the backlog's first batch to the ledger commit of its last, and the
    wall time including the driver's start-up is printed too. Meanwhile the CPU
-   time of the app's processes and threads is read from ``/proc`` at the start
-   and the end of the catch-up (:func:`cpu_split`): the driver's share is
+   time of the app's processes and threads is read from ``/proc`` when its
+   first batch begins and when the backlog is in (:func:`cpu_split`): the driver's share is
    (driver Python process + the JVM's driver-side threads) / everything.
 3. Raw ceiling, same run, same backlog: a plain confluent-kafka consumer reads
    the backlog's offsets without writing anything; catch-up / ceiling is the
@@ -40,8 +40,6 @@ from spark_jobs import stream_control
 from spark_jobs.bench import _percentile
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
-from spark_jobs.streaming.common import read_json
-from spark_jobs.streaming.events import events_status_path
 
 #: The warm-up's loadgen seed is ``--seed`` plus this (event ids come from the seed: never reuse one on a state).
 WARMUP_SEED_OFFSET = 1_000_000
@@ -245,14 +243,20 @@ def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
     return [float(r.s) for r in lat.collect()]
 
 
-def _after_first_batch(settings: Settings, before: int | None, timeout: float = 600) -> dict[str, Any]:
-    """Wait for the restarted app's first batch, then :func:`cpu_snapshot` it (start-up CPU is left out)."""
+def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> dict[str, Any]:
+    """Wait until the restarted app begins its first batch (its log line), then :func:`cpu_snapshot` it: the
+    JVM's start and the query's planning are left out, the whole catch-up is in."""
+    from spark_jobs.streaming.events import FIRST_BATCH_MARKER
+
+    log = supervisor.log_path(settings, stream_control.PROGRAM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (read_json(events_status_path(settings)) or {}).get("batch_id") != before:
-            pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
-            return cpu_snapshot(int(pid)) if pid else {}
-        time.sleep(0.2)
+        with log.open("rb") as f:
+            f.seek(log_from)
+            if FIRST_BATCH_MARKER.encode() in f.read():
+                pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
+                return cpu_snapshot(int(pid)) if pid else {}
+        time.sleep(0.1)
     return {}
 
 
@@ -316,9 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ranges = manifest_ranges(backlog)
         n_raw, raw_rate = raw_ceiling(settings, ranges)
         t0 = time.monotonic()
-        before_batch = (read_json(events_status_path(settings)) or {}).get("batch_id")
+        log = supervisor.log_path(settings, stream_control.PROGRAM)
+        log_from = log.stat().st_size if log.exists() else 0
         stream_control.start(settings)
-        cpu_before = _after_first_batch(settings, before_batch)
+        cpu_before = _at_first_batch(settings, log_from)
         if not stream_control.wait(settings, 3600):
             print("bench events: the app did not catch up with the backlog", file=sys.stderr)
             return 1
@@ -335,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "raw_ceiling_records": n_raw, "raw_ceiling_per_s": round(raw_rate, 1),
             "ingest_to_ceiling_ratio": round(rate / raw_rate, 3) if raw_rate else None,
             "step_seconds_mean": step_means(rows), "batch_records_mean": round(rates["records"] / len(rows)),
-            "cpu_after_the_first_batch": cpu,
+            "cpu_from_the_first_batch": cpu,
         }
         print(f"bench events catch-up: {json.dumps(results['catchup'])}", flush=True)
     print(json.dumps(results, indent=2))

@@ -106,6 +106,8 @@ STATE_STORE_CONF = {
 #: the crash test kills the driver there, see ``_hold_if_asked``).
 HOLD_BEFORE_APPEND_FAILPOINT = "events-hold-before-append"
 _RAW, _CHECKED = "raw", "checked"
+#: Start of the log line a (re)started app prints when its first batch begins (``lake bench events`` waits for it).
+FIRST_BATCH_MARKER = f"lake stream: {QUERY} first batch"
 
 
 def events_status_path(settings: Settings) -> Path:
@@ -328,13 +330,10 @@ class EventsApp:
         from pyspark.sql import functions as F
 
         last = self.spark.table(LEDGER).orderBy(F.col("batch_id").desc()).limit(1).collect()
-        if last:
-            self.done_through = int(last[0].batch_id)
-            self.watermark = _utc(last[0].watermark_after)
-            print(f"lake stream: {QUERY} restored watermark {self.watermark} (ledger through batch "
-                  f"{self.done_through}, next batch {batch_id})", flush=True)
-        else:
-            self.done_through = -1
+        self.done_through = int(last[0].batch_id) if last else -1
+        self.watermark = _utc(last[0].watermark_after) if last else None
+        print(f"{FIRST_BATCH_MARKER} {batch_id}: restored watermark {self.watermark} (ledger through batch "
+              f"{self.done_through})", flush=True)
 
     # -- status and upkeep ---------------------------------------------------------------
 
