@@ -15,8 +15,8 @@
    tables), and from the start of its first batch (the status file's
    ``committed_at`` minus ``batch_seconds``) to the newest silver commit,
    the one that applied the last backlog change; and the driver's share of the CPU meanwhile
-   (:mod:`spark_jobs.proc_cpu`: driver process and JVM threads vs Spark task threads, Python workers
-   and, on the stack's cluster, executor JVMs).
+   (:mod:`spark_jobs.proc_cpu`: driver process and JVM threads vs Spark task threads and Python
+   workers; on a cluster the executors' JVMs are not counted).
 3. The analysts' probe query ``SELECT count(*), sum(total) FROM silver.orders`` (best of three).
 
 Figures only: nothing here asserts a target (machines are shared and noisy).
@@ -39,8 +39,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from spark_jobs import proc_cpu
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
+from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
 from spark_jobs.settings import Settings
 
 
@@ -175,17 +175,6 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
     return None
 
 
-def _cluster_app_id(settings: Settings, name: str) -> str | None:
-    """The application id of ``name`` on the stack's own Spark cluster (None without one)."""
-    from spark_jobs.stack.health import http_json
-
-    if not settings.spark_cluster_workers:
-        return None
-    state = http_json(f"http://{settings.host}:{settings.spark_cluster_webui_port}/json/")
-    ids = [str(a["id"]) for a in state.get("activeapps", []) if a.get("name") == name]
-    return ids[0] if ids else None
-
-
 def _silver_query_seconds(spark: Any, runs: int = 3) -> dict[str, Any]:
     """Best of ``runs`` of the analysts' probe query on silver.orders, with the table's size."""
     timings = []
@@ -255,11 +244,11 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     t1 = time.monotonic()
     driver.start()
     first_start = _first_batch_start(settings, batch_before, 900)
-    driver_pid, app_id = driver.pid(), _cluster_app_id(settings, "lake-stream")
-    cpu0 = proc_cpu.sample(driver_pid, app_id) if driver_pid else None
+    driver_pid = driver.pid()
+    cpu0 = cpu_snapshot(driver_pid) if driver_pid else None
     ok2 = stream_control.wait(settings, 3600)
     drain_s = time.monotonic() - t1
-    cpu = proc_cpu.share(cpu0, proc_cpu.sample(driver_pid, app_id)) if cpu0 and driver_pid else {}
+    cpu = {"cpu": cpu_split(cpu0, cpu_snapshot(driver_pid))} if cpu0 and driver_pid else {}
     driver.stop()
     # The backlog is applied when the last silver commit holding it lands: with the loadgen stopped, no
     # later change reaches silver (heartbeat-only batches commit no silver version), so that is the

@@ -2,19 +2,21 @@
 
 1. Steady load: ``lake loadgen events --rate R --duration D`` while the
    streaming app runs, after ``--warmup`` seconds of the same load (not
-   measured: a driver started just before rebuilds its dedup index in its
-   first batch). Reports events produced per second (the loadgen's
-   delivery reports), events landed in bronze and silver per second (the
-   ledger rows for those offsets, from the first batch's start to the archive
-   commit holding the last: ``ops.stream_events_archive``), the rate through
-   the hot path, and freshness p50/p95/max: for every on-time event of the
-   run, the moment the hot tables' commit of its batch finished (a query on a
-   hot table includes the event from then on) minus its produce time (Kafka
-   ``CreateTime`` set by the producer).
+   measured: a driver started just before warms its JIT and Python workers).
+   Reports events produced per second (the loadgen's delivery reports), events
+   landed in every table per second (the ledger rows for those offsets, from
+   the first batch's start, its ingest time, to the ledger commit of the
+   last), the rate through the hot path, freshness p50/p95/max (for every
+   on-time event of the run, the moment the hot tables' commit of its batch
+   finished minus its produce time, Kafka ``CreateTime``), and the mean seconds
+   per batch step (the ledger's ``step_seconds``).
 2. Catch-up: the app is stopped, a backlog of ``--backlog`` events is produced,
    the app is started again; the ingest rate is backlog events / time from the
-   start of the backlog's first batch to the archive commit of its last, and the wall
-   time including the driver's start-up is printed too.
+   start of the backlog's first batch to the ledger commit of its last, and the
+   wall time including the driver's start-up is printed too. Meanwhile the CPU
+   time of the app's processes and threads is read from ``/proc`` when its
+   first batch begins and when the backlog is in (:func:`cpu_split`): the driver's share is
+   (driver Python process + the JVM's driver-side threads) / everything.
 3. Raw ceiling, same run, same backlog: a plain confluent-kafka consumer reads
    the backlog's offsets without writing anything; catch-up / ceiling is the
    ratio the app reaches of what the broker can hand out on this machine.
@@ -33,8 +35,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spark_jobs import stream_control
 from spark_jobs.bench import _percentile
+from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
 from spark_jobs.settings import Settings, load_settings
+from spark_jobs.stack import supervisor
 
 #: The warm-up's loadgen seed is ``--seed`` plus this (event ids come from the seed: never reuse one on a state).
 WARMUP_SEED_OFFSET = 1_000_000
@@ -101,29 +106,28 @@ def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
     return out
 
 
-def _landed_at(spark: Any, batch_id: int) -> float | None:
-    """Epoch seconds when batch ``batch_id`` landed in bronze and silver (the archive log), None if not logged."""
-    from pyspark.sql import functions as F
-
-    from spark_jobs.streaming.events import ARCHIVE_LOG
-
-    row = (spark.table(ARCHIVE_LOG).where((F.col("first_batch") <= batch_id) & (F.col("last_batch") >= batch_id))
-           .agg(F.min("archived_at").alias("at")).first())
-    return row.at.timestamp() if row and row.at else None
-
-
-def _rates(spark: Any, rows: list[Any]) -> dict[str, Any]:
-    """Records/s of ``rows`` (ledger rows): through the hot path, and landed in bronze+silver (from the first
-    batch's start to the archive commit holding the last one)."""
+def _rates(rows: list[Any]) -> dict[str, Any]:
+    """Records/s of ``rows`` (ledger rows): through the hot path, and landed in every table (from the first
+    batch's start, its ingest time, to the ledger commit of the last one)."""
     landed = sum(int(r.received) for r in rows)
-    first_start = rows[0].hot_committed_at.timestamp() - float(rows[0].batch_seconds)
+    first_start = rows[0].max_ingest_time.timestamp()
     hot_span = rows[-1].hot_committed_at.timestamp() - first_start
-    landed_at = _landed_at(spark, int(rows[-1].batch_id))
-    land_span = landed_at - first_start if landed_at else 0.0
+    land_span = rows[-1].committed_at.timestamp() - first_start
     return {"records": landed, "batches": len(rows),
             "hot_per_s": round(landed / hot_span, 1) if hot_span > 0 else None,
             "landed_per_s": round(landed / land_span, 1) if land_span > 0 else None}
 
+
+def step_means(rows: list[Any]) -> dict[str, float]:
+    """Mean seconds per batch step over ``rows`` (the ledger's ``step_seconds``)."""
+    sums: dict[str, float] = {}
+    for r in rows:
+        for step, seconds in (r.step_seconds or {}).items():
+            sums[step] = sums.get(step, 0.0) + float(seconds)
+    return {step: round(total / len(rows), 3) for step, total in sorted(sums.items())} if rows else {}
+
+
+# -- CPU split from /proc ---------------------------------------------------------------------------------------
 
 def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
     """Seconds from produce time to the hot commit of its batch, per on-time event in ``ranges``."""
@@ -139,8 +143,24 @@ def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
     return [float(r.s) for r in lat.collect()]
 
 
+def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> dict[str, Any]:
+    """Wait until the restarted app begins its first batch (its log line), then :func:`cpu_snapshot` it: the
+    JVM's start and the query's planning are left out, the whole catch-up is in."""
+    from spark_jobs.streaming.events import FIRST_BATCH_MARKER
+
+    log = supervisor.log_path(settings, stream_control.PROGRAM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with log.open("rb") as f:
+            f.seek(log_from)
+            if FIRST_BATCH_MARKER.encode() in f.read():
+                pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
+                return cpu_snapshot(int(pid)) if pid else {}
+        time.sleep(0.1)
+    return {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from spark_jobs import stream_control
     from spark_jobs.reconcile import manifest_ranges
     from spark_jobs.session import build_session
 
@@ -167,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not stream_control.wait(settings, 900):
             print("bench events: the app did not catch up before the steady run", file=sys.stderr)
             return 1
-        if args.warmup > 0:  # a driver restarted just before does its restore (dedup index) in its first batch
+        if args.warmup > 0:  # a driver started just before warms up (JIT, Python workers) in its first batches
             _loadgen(settings, args.rate, args.warmup, args.seed + WARMUP_SEED_OFFSET, work / "warmup.json")
             if not stream_control.wait(settings, 900):
                 print("bench events: the app did not catch up after the warm-up", file=sys.stderr)
@@ -178,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         ranges = manifest_ranges(steady)
         rows = _ledger_rows(spark, ranges)
-        rates = _rates(spark, rows)
+        rates = _rates(rows)
         fresh = freshness(spark, ranges)
         results["steady"] = {
             "target_rate": args.rate, "produced": steady["total_sent"],
@@ -188,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "freshness_events": len(fresh),
             "freshness_p50_s": round(_percentile(fresh, 0.5), 2), "freshness_p95_s": round(_percentile(fresh, 0.95), 2),
             "freshness_max_s": round(max(fresh), 2) if fresh else None,
+            "step_seconds_mean": step_means(rows),
         }
         print(f"bench events steady: {json.dumps(results['steady'])}", flush=True)
 
@@ -199,13 +220,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         ranges = manifest_ranges(backlog)
         n_raw, raw_rate = raw_ceiling(settings, ranges)
         t0 = time.monotonic()
+        log = supervisor.log_path(settings, stream_control.PROGRAM)
+        log_from = log.stat().st_size if log.exists() else 0
         stream_control.start(settings)
+        cpu_before = _at_first_batch(settings, log_from)
         if not stream_control.wait(settings, 3600):
             print("bench events: the app did not catch up with the backlog", file=sys.stderr)
             return 1
         wall = time.monotonic() - t0
+        pid = int((supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid") or 0)
+        cpu = cpu_split(cpu_before, cpu_snapshot(pid)) if cpu_before else None
         rows = _ledger_rows(spark, ranges)
-        rates = _rates(spark, rows)
+        rates = _rates(rows)
         rate = float(rates["landed_per_s"] or "nan")
         results["catchup"] = {
             "backlog": backlog["total_sent"], "produced_per_s": round(_produced_per_second(backlog), 1),
@@ -213,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "wall_seconds_incl_startup": round(wall, 1),
             "raw_ceiling_records": n_raw, "raw_ceiling_per_s": round(raw_rate, 1),
             "ingest_to_ceiling_ratio": round(rate / raw_rate, 3) if raw_rate else None,
+            "step_seconds_mean": step_means(rows), "batch_records_mean": round(rates["records"] / len(rows)),
+            "cpu_from_the_first_batch": cpu,
         }
         print(f"bench events catch-up: {json.dumps(results['catchup'])}", flush=True)
     print(json.dumps(results, indent=2))

@@ -118,6 +118,29 @@ class DriverTable:
                         commit_properties=CommitProperties(app_transactions=[Transaction(txn, batch_id)]))
         return True
 
+    def upsert_once(self, rows: list[dict[str, Any]], key: str, app_id: str, batch_id: int) -> bool:
+        """MERGE ``rows`` by ``key`` (update the matched rows whole, insert the others) once for
+        (``app_id``, ``batch_id``); False when that batch was already committed. Rewrites only the files
+        holding a matched key."""
+        import pyarrow as pa
+        from deltalake import CommitProperties, Transaction
+
+        txn = f"{app_id}:{self.name}"
+        self.refresh()
+        done = self.table.transaction_version(txn)
+        if done is not None and int(done) >= batch_id:
+            return False
+        source = pa.Table.from_pylist(rows, schema=self.arrow_schema)
+        (self.table.merge(source, f"t.{key} = s.{key}", source_alias="s", target_alias="t",
+                          commit_properties=CommitProperties(app_transactions=[Transaction(txn, batch_id)]))
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+        return True
+
+    def compact(self) -> None:
+        """Rewrite the small files of the table into few (delta-rs OPTIMIZE compact)."""
+        self.refresh()
+        self.table.optimize.compact()
+
     def vacuum(self) -> int:
         """Delete files removed longer ago than the table's ``delta.deletedFileRetentionDuration``; returns how many."""
         self.refresh()

@@ -1,106 +1,114 @@
-"""CPU seconds of a Spark application on this machine, split into driver and executor work (from /proc).
+"""CPU seconds of a streaming app's processes and threads, split into driver and executor work (from /proc).
 
-The benches report the driver's share of the CPU during catch-up (issue 19: goal <= 10%). What counts:
-
-* executor work: Spark task threads (``Executor task launch worker ...``) of every JVM of the application,
-  the executor JVMs of a standalone cluster (``CoarseGrainedExecutorBackend`` with the application's id:
-  all their threads), and the Python workers (``pyspark.daemon`` and its forks: ``mapInArrow`` code);
-* driver work: the Python driver process and every other thread of the driver JVM (scheduler, Delta
-  commits, planning, and also its GC and JIT threads: in ``local[*]`` those serve the tasks too, so the
-  driver's share is an upper bound there).
-
-Threads or processes that end between two samples take their CPU with them, so sample a running app.
+The benches report the driver's share of the CPU during catch-up (issue 19: goal <= 10%):
+:func:`cpu_snapshot` before and after, :func:`cpu_split` of the two. In ``local[*]`` the driver JVM also
+runs the tasks, so its threads are told apart by name; GC/JIT/VM threads serve both sides and are
+reported apart (``jvm_shared``), as are threads that exited in between.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-_TICK = os.sysconf("SC_CLK_TCK")
-_TASK_THREAD = "Executor task"  # comm is cut at 15 characters: "Executor task l"
+#: JVM thread names (``/proc/<pid>/task/<tid>/comm``, 15 characters) of work done for Spark tasks: task threads,
+#: the Python runner's writer threads feeding the Python workers, RocksDB's and the state store's background
+#: threads, shuffle and block transfer.
+EXECUTOR_THREADS = ("Executor task", "stdout writer", "stdin writer", "writer for", "rocksdb", "state-store",
+                    "shuffle-", "block-manager-s", "RemoteBlock")
+#: JVM threads no side owns: garbage collection, JIT compilers, VM housekeeping.
+SHARED_THREADS = ("GC Thread", "G1 ", "C1 Compiler", "C2 Compiler", "VM ", "Sweeper", "Service Thread",
+                  "Monitor Deflati", "Common-Cleaner", "Finalizer", "Reference Handl", "Signal Dispatch")
 
 
-@dataclass(frozen=True)
-class CpuSample:
-    driver_s: float
-    executor_s: float
-
-
-def _stat_seconds(path: Path) -> float:
+def _stat(path: Path) -> tuple[str, list[str]] | None:
     try:
-        fields = path.read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime (fields 14 and 15 of stat)
+        text = path.read_text()
+    except OSError:
+        return None
+    head, _, rest = text.rpartition(")")
+    return head.partition("(")[2], rest.split()
+
+
+def _ticks(fields: list[str], children: bool = False) -> int:
+    # fields[0] is the state (field 3 of proc(5)); utime, stime are 14, 15; cutime, cstime 16, 17.
+    own = int(fields[11]) + int(fields[12])
+    return own + (int(fields[13]) + int(fields[14]) if children else 0)
 
 
 def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            out += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(entry / "stat")
+            if stat and int(stat[1][1]) == pid:
+                out.append(int(entry.name))
     return out
 
 
-def _cmdline(pid: int) -> list[bytes]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
+def cpu_snapshot(driver_pid: int) -> dict[str, tuple[str, int]]:
+    """CPU ticks of the streaming app now: ``{entity: (bucket, ticks)}``.
 
-
-def _tree(pid: int) -> list[int]:
-    seen, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        todo += _children(p)
-    return seen
-
-
-def sample(driver_pid: int, app_id: str | None = None) -> CpuSample:
-    """CPU seconds so far of the application whose Python driver is ``driver_pid`` (and, on a standalone
-    cluster, whose executors carry ``app_id``)."""
-    driver = executor = 0.0
-    for pid in _tree(driver_pid):
-        argv = _cmdline(pid)
-        if any(a.startswith(b"pyspark.daemon") or a == b"pyspark.daemon" for a in argv) or b"pyspark.worker" in argv:
-            executor += _stat_seconds(Path(f"/proc/{pid}/stat"))
+    Entities: the driver Python process (bucket ``driver_python``); each thread
+    of its JVM child (``executor`` for task work, see :data:`EXECUTOR_THREADS`;
+    ``jvm_shared`` for GC/JIT/VM; ``driver_jvm`` for the rest: scheduler, RPC,
+    the streaming query's thread, Delta's commit code); the JVM's own total
+    (``jvm_total``, which keeps the CPU of threads that already exited); every
+    process under the JVM (Spark's Python workers: ``executor``, with their
+    reaped children).
+    """
+    out: dict[str, tuple[str, int]] = {}
+    driver = _stat(Path(f"/proc/{driver_pid}/stat"))
+    if driver is None:
+        return out
+    out["driver"] = ("driver_python", _ticks(driver[1]))
+    for jvm in _children(driver_pid):
+        stat = _stat(Path(f"/proc/{jvm}/stat"))
+        if stat is None or stat[0] != "java":
             continue
-        if pid != driver_pid and argv and argv[0].endswith(b"java"):
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                seconds = _stat_seconds(task / "stat")
-                try:
-                    name = (task / "comm").read_text()
-                except OSError:
-                    continue
-                if name.startswith(_TASK_THREAD):
-                    executor += seconds
-                else:
-                    driver += seconds
-            continue
-        driver += _stat_seconds(Path(f"/proc/{pid}/stat"))
-    if app_id:
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                argv = _cmdline(int(proc.name))
-                if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and app_id.encode() in argv:
-                    executor += sum(_stat_seconds(Path(f"/proc/{p}/stat")) for p in _tree(int(proc.name)))
-    return CpuSample(driver, executor)
+        out[f"jvm:{jvm}"] = ("jvm_total", _ticks(stat[1]))
+        for task in Path(f"/proc/{jvm}/task").iterdir():
+            tstat = _stat(task / "stat")
+            if tstat is None:
+                continue
+            name = tstat[0]
+            bucket = ("executor" if name.startswith(EXECUTOR_THREADS)
+                      else "jvm_shared" if name.startswith(SHARED_THREADS) else "driver_jvm")
+            out[f"tid:{task.name}"] = (bucket, _ticks(tstat[1]))
+        todo = _children(jvm)
+        while todo:
+            pid = todo.pop()
+            pstat = _stat(Path(f"/proc/{pid}/stat"))
+            if pstat is not None:
+                out[f"pid:{pid}"] = ("executor", _ticks(pstat[1], children=True))
+                todo.extend(_children(pid))
+    return out
 
 
-def share(before: CpuSample, after: CpuSample) -> dict[str, float | None]:
-    """CPU seconds between two samples and the driver's share of them."""
-    driver = after.driver_s - before.driver_s
-    executor = after.executor_s - before.executor_s
-    total = driver + executor
-    return {"driver_cpu_s": round(driver, 1), "executor_cpu_s": round(executor, 1),
-            "driver_cpu_share": round(driver / total, 3) if total > 0 else None}
+def cpu_split(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]) -> dict[str, Any]:
+    """CPU seconds per bucket between two :func:`cpu_snapshot`, and the driver's share of all of it.
+
+    JVM threads that exited in between are not in ``after``: their CPU is the
+    JVM total's delta minus its live threads' (``jvm_exited_threads``), owner
+    unknown. ``driver_share`` counts the driver Python process and the JVM's
+    driver-side threads over everything; ``driver_share_upper`` adds the shared
+    GC/JIT and the exited threads to the driver's side (a bound, not an estimate).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds: dict[str, float] = {"driver_python": 0.0, "driver_jvm": 0.0, "executor": 0.0, "jvm_shared": 0.0,
+                                 "jvm_total": 0.0}
+    for key, (bucket, ticks) in after.items():
+        seconds[bucket] += (ticks - before.get(key, (bucket, 0))[1]) / tick
+    threads = seconds["driver_jvm"] + seconds["jvm_shared"] + sum(
+        (ticks - before.get(k, (b, 0))[1]) / tick for k, (b, ticks) in after.items()
+        if b == "executor" and k.startswith("tid:"))
+    seconds["jvm_exited_threads"] = max(0.0, seconds.pop("jvm_total") - threads)
+    total = sum(seconds.values())
+    driver = seconds["driver_python"] + seconds["driver_jvm"]
+    upper = driver + seconds["jvm_shared"] + seconds["jvm_exited_threads"]
+    return {"cpu_seconds": {k: round(v, 1) for k, v in seconds.items()}, "total_cpu_seconds": round(total, 1),
+            "driver_share": round(driver / total, 3) if total else None,
+            "driver_share_upper": round(upper / total, 3) if total else None}
+
+

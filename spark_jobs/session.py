@@ -166,7 +166,9 @@ def build_session(settings: Settings, app_name: str, extra: dict[str, str] | Non
     os.environ["SPARK_CONF_DIR"] = str(write_spark_defaults(settings))
     if on_this_machine(settings):
         os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
-    # The Python the executors start for mapInArrow/UDFs: this one (same packages), unless set otherwise.
+    # Python workers (mapInArrow in the events query and `lake reconcile`) run this interpreter, so they have
+    # the project's packages; pyspark takes the executors' Python from here. A cluster's workers need the same
+    # venv at the same path.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**public_spark_conf(settings), **(extra or {})}.items():

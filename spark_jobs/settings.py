@@ -151,7 +151,6 @@ class Settings:
     events_max_offsets_per_trigger: int
     events_trigger_seconds: int
     events_watermark_minutes: int
-    events_parse_processes: int
 
     # Data quality (spark_jobs.quality): freshness SLOs of the live tables
     dq_docs_port: int
@@ -190,14 +189,6 @@ class Settings:
     def stream_query_list(self) -> tuple[str, ...]:
         """The streaming app's queries to run, from ``LAKE_STREAM_QUERIES``."""
         return tuple(q.strip() for q in self.stream_queries.split(",") if q.strip())
-
-    @property
-    def events_parse_process_count(self) -> int:
-        """``LAKE_EVENTS_PARSE_PROCESSES`` resolved: 0 means one per CPU the driver may use, at most 8."""
-        if self.events_parse_processes:
-            return self.events_parse_processes
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, min(8, cpus))
 
     @property
     def log_dir(self) -> Path:
@@ -343,7 +334,6 @@ _DEFAULTS: dict[str, str] = {
     "events_max_offsets_per_trigger": "200000",
     "events_trigger_seconds": "1",
     "events_watermark_minutes": "10",
-    "events_parse_processes": "0",
     "dq_docs_port": "18090",
     "dq_docs_keep": "50",
     "dq_freshness_silver_seconds": "900",
@@ -459,9 +449,6 @@ def _validate(s: Settings) -> None:
     if s.events_max_offsets_per_trigger < 1 or s.events_trigger_seconds < 0 or s.events_watermark_minutes < 1:
         raise SettingsError("LAKE_EVENTS_MAX_OFFSETS_PER_TRIGGER and LAKE_EVENTS_WATERMARK_MINUTES must be >= 1, "
                             "LAKE_EVENTS_TRIGGER_SECONDS >= 0")
-    if s.events_parse_processes < 0:
-        raise SettingsError(f"LAKE_EVENTS_PARSE_PROCESSES={s.events_parse_processes} must be >= 0 "
-                            "(0: one per CPU of the driver, at most 8; 1: parse in the driver process only)")
     s.dq_freshness_overrides()  # raises on a malformed LAKE_DQ_FRESHNESS_TABLES
     if s.dq_docs_keep < 1:
         raise SettingsError(f"LAKE_DQ_DOCS_KEEP={s.dq_docs_keep} must be >= 1 (validations kept per table in Data Docs)")

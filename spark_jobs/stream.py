@@ -93,26 +93,16 @@ def _run(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    # The events query archives in a thread of its own: a failure there ends the app too (checked
-    # every few seconds, so an idle query with nothing left to call it does not hide the failure).
     while not spark.streams.awaitAnyTermination(5):
-        if stop_requested.is_set() or any(app.archive_error is not None for app in events.APPS):
+        if stop_requested.is_set():
             break
     failed = [q for q in queries if q.exception() is not None]
     for query in queries:
         if query.isActive:
             _stop_between_batches(query)
-    archive_failed = [app for app in events.APPS if app.archive_error is not None]
-    for app in events.APPS:
-        # Land what is queued (a kill skips this; the next start re-reads those batches from Kafka instead).
-        if app.archive_error is None and not app.drain(timeout=120):
-            print("lake stream: lake_events: archive queue not drained; the next start lands it", flush=True)
     for query in failed:
         print(f"lake stream: query {query.name} failed: {query.exception()}", file=sys.stderr, flush=True)
-    for app in archive_failed:
-        print(f"lake stream: lake_events archive failed: {app.archive_error!r}; the next start lands the "
-              "batches it did not from Kafka", file=sys.stderr, flush=True)
-    return 1 if failed or archive_failed else 0
+    return 1 if failed else 0
 
 
 def _stop_between_batches(query: Any, wait: float = 60.0) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -8,7 +10,6 @@ import pytest
 
 def _delta_jars() -> str:
     """Delta's jars from the cache ``make setup`` fills (the unit tests' Spark reads and writes local Delta tables)."""
-    import os
     from pathlib import Path
 
     cache = Path(os.environ.get("LAKE_CACHE_DIR", Path.home() / ".cache" / "lakestream")) / "jars" / "spark"
@@ -21,9 +22,6 @@ def _delta_jars() -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark with Delta for unit tests (no catalog, no lake: local paths only)."""
-    import os
-    import sys
-
     from pyspark.sql import SparkSession
 
     from spark_jobs.session import DELTA_CONF

@@ -7,20 +7,14 @@ Three tumbling event-time windows, each a Delta table in ``hot``:
   its ``user_ids`` set, bounded by the number of shop customers);
 * ``hot.funnel_15m``: page views -> carts -> checkouts -> purchases per 15 minutes.
 
-The streaming app feeds each batch's *new* unique events (duplicates already
-removed) to :class:`HotWindows`, the driver-side state of each table, and
-commits the table whole in one idempotent overwrite from the driver
-(``spark_jobs.driver_delta``, Delta transaction = query id + batch id: a batch
-replayed after a crash is skipped whole). Counts are additive and the user set
-is a union, so a window equals the aggregation of all its events however they
-were split into batches. ``_last_batch`` is the last batch that changed a
-window. Why in the driver: the aggregation of a batch's few thousand narrow
-rows (already collected for de-duplication) takes milliseconds and a delta-rs
-commit ~50 ms, where a Spark overwrite of the same table was 2-10 s of job and
-state-reconstruction overhead on two cores. Cost: each batch rewrites every
-window of the table, which grows by one row per window length (1,440 rows a
-day for ``hot.sales_per_minute``); fine for days of windows, not for years
-(retention is not built yet).
+Per micro-batch the streaming app aggregates its new unique events per window
+on the executors (:func:`batch_deltas`, one Spark job; only these few rows
+reach the driver), reads the current rows of the windows that changed from
+the hot table, adds the deltas (:func:`apply_deltas`) and upserts those rows
+from the driver (``spark_jobs.driver_delta``: one delta-rs MERGE of a few rows,
+Delta transaction = query id + batch id, so a batch replayed after a crash is
+skipped). The hot table is the window state: nothing of it is kept in memory
+between batches. ``_last_batch`` is the last batch that changed a window.
 
 Late data: an event whose ``event_time`` is older than the watermark in force
 when it arrived (``_late``) is kept in ``silver.events`` but is not added to its
@@ -37,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -49,9 +43,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -135,120 +126,69 @@ def batch_aggregate(silver: DataFrame, view: HotView) -> DataFrame:
     return window_deltas(silver, view)
 
 
-#: Metric -> the event type it counts (orders/revenue: purchases); see ``_metric_exprs``.
-_COUNTED = {"orders": "purchase", "page_views": "page_view", "add_to_carts": "add_to_cart",
-            "checkouts": "checkout", "purchases": "purchase"}
+def batch_deltas(events: DataFrame) -> DataFrame:
+    """Every hot view's per-window contribution of a batch, in one frame (one Spark job to collect).
 
-
-class HotWindows:
-    """One hot table's windows held in the driver, updated per batch, written whole (driver-side twin of
-    :func:`window_deltas`).
-
-    The streaming app keeps every window of a hot table in memory (one row per
-    window, bounded like the table), adds each batch's new unique events to it
-    (:meth:`add`: counts add, the user set is a union, late events only count)
-    and commits :meth:`rows` as one overwrite of the table. After a restart it
-    is loaded back from the table (:meth:`load`), whose Delta transaction
-    version says which batch it holds. ``tests/unit/test_hot_events.py`` checks
-    that any split of the events into batches gives exactly what
-    :func:`batch_aggregate` (Spark) computes from the same events.
+    Columns: ``table`` (the view's table), ``window_start``, ``window_end``,
+    every metric of :data:`HOT_VIEWS` (NULL where the view has no such
+    metric), ``user_ids`` (the window's distinct on-time users; NULL unless
+    the view keeps a user set) and ``late_events``. Grain: one row per
+    (view, window) the batch touches: a handful, whatever the batch size.
     """
+    metrics = sorted({(name, sql_type) for view in HOT_VIEWS for name, sql_type in view.metrics})
+    frames = []
+    for view in HOT_VIEWS:
+        deltas = window_deltas(events, view)
+        cols: list[Column | str] = [F.lit(view.table).alias("table"), "window_start", "window_end"]
+        cols += [F.col(name) if name in view.metric_names else F.lit(None).cast(_TYPES[t]).alias(name)
+                 for name, t in metrics]
+        cols.append("user_ids" if view.user_set else F.lit(None).cast("array<bigint>").alias("user_ids"))
+        cols.append("late_events")
+        frames.append(deltas.select(*cols))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
 
-    def __init__(self, view: HotView) -> None:
-        self.view = view
-        self.windows: dict[int, dict[str, Any]] = {}  # window start (epoch microseconds) -> row
-        self._length = view.minutes * 60_000_000
 
-    def load(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Replace the state with the table's rows (``hot_schema`` columns)."""
-        self.windows = {}
-        for row in rows:
-            window = dict(row)
-            if self.view.user_set:
-                window["user_ids"] = set(window.get("user_ids") or ())
-            self.windows[epoch_micros(window["window_start"])] = window
+def apply_deltas(view: HotView, current: Iterable[dict[str, Any]], deltas: Iterable[dict[str, Any]],
+                 batch_id: int, now: datetime) -> list[dict[str, Any]]:
+    """The hot rows of the windows a batch changed: their current rows (``hot_schema``; absent = new window)
+    plus the batch's :func:`batch_deltas` rows for ``view``.
 
-    def add(self, events: Iterable[tuple[str, int | None, datetime, Decimal | None, bool]], batch_id: int,
-            now: datetime) -> int:
-        """Add ``(event_type, user_id, event_time, revenue, late)`` events; returns how many windows changed."""
-        import pyarrow as pa
+    Counts and revenue add, the user set is a union (``active_users`` its size),
+    ``late_events`` adds; ``updated_at`` and ``_last_batch`` record the batch.
+    Since every metric is additive (or a union), a window equals the
+    aggregation of all its events however they were split into batches.
+    """
+    by_start = {epoch_micros(row["window_start"]): dict(row) for row in current}
+    out = []
+    for delta in sorted(deltas, key=lambda d: epoch_micros(d["window_start"])):
+        start = epoch_micros(delta["window_start"])
+        row = by_start.get(start) or _empty(view, delta["window_start"])
+        for name, sql_type in view.metrics:
+            if name == "active_users":
+                continue
+            zero = Decimal("0.00") if sql_type.startswith("DECIMAL") else 0
+            row[name] = (row.get(name) or zero) + (delta.get(name) or zero)
+        if view.user_set:
+            users = sorted(set(row.get("user_ids") or ()) | set(delta.get("user_ids") or ()))
+            row["user_ids"], row["active_users"] = users, len(users)
+        row["late_events"] = int(row.get("late_events") or 0) + int(delta.get("late_events") or 0)
+        row["updated_at"], row["_last_batch"] = now, batch_id
+        out.append(row)
+    return out
 
-        rows = list(events)
-        table = pa.table({
-            "event_type": pa.array([r[0] for r in rows], pa.string()),
-            "user_id": pa.array([r[1] for r in rows], pa.int64()),
-            "event_us": pa.array([epoch_micros(r[2]) for r in rows], pa.int64()),
-            "revenue": pa.array([r[3] for r in rows], pa.decimal128(18, 2)),
-            "late": pa.array([r[4] for r in rows], pa.bool_()),
-        })
-        return self.add_arrow(table, batch_id, now)
 
-    def add_arrow(self, events: pa.Table, batch_id: int, now: datetime) -> int:
-        """Add a batch's events (Arrow: ``event_type``, ``user_id``, ``event_us`` = event time in epoch
-        microseconds, ``revenue``, ``late``), aggregated per window by Arrow; returns how many windows changed."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if events.num_rows == 0:
-            return 0
-        micros = events.column("event_us").to_numpy()
-        on_time = pc.invert(events.column("late"))
-        etype = events.column("event_type")
-        columns: dict[str, Any] = {
-            "start": pa.array(micros - micros % self._length),
-            "late_events": pc.cast(events.column("late"), pa.int64()),
-        }
-        aggs: list[tuple[str, str]] = [("late_events", "sum")]
-        for name in self.view.metric_names:
-            if name == "revenue":
-                is_purchase = pc.and_(on_time, pc.equal(etype, "purchase"))
-                columns[name] = pc.if_else(is_purchase, events.column("revenue"), None)
-                aggs.append((name, "sum"))
-            elif name in _COUNTED:
-                columns[name] = pc.cast(pc.and_(on_time, pc.equal(etype, _COUNTED[name])), pa.int64())
-                aggs.append((name, "sum"))
-        if self.view.user_set:
-            columns["users"] = pc.if_else(on_time, events.column("user_id"), None)
-            aggs.append(("users", "distinct"))
-        grouped = pa.table(columns).group_by("start").aggregate(aggs).to_pylist()
-        for g in grouped:
-            start = int(g["start"])
-            window = self.windows.get(start)
-            if window is None:
-                window = self._empty(start)
-                self.windows[start] = window
-            window["late_events"] += int(g["late_events_sum"] or 0)
-            for name in self.view.metric_names:
-                if name == "revenue":
-                    window[name] += g["revenue_sum"] or Decimal("0.00")
-                elif name in _COUNTED:
-                    window[name] += int(g[f"{name}_sum"] or 0)
-            if self.view.user_set:
-                window["user_ids"].update(u for u in g["users_distinct"] if u is not None)
-                window["active_users"] = len(window["user_ids"])
-            window["updated_at"] = now
-            window["_last_batch"] = batch_id
-        return len(grouped)
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Every window as a ``hot_schema`` row, ordered by window start."""
-        out = []
-        for start in sorted(self.windows):
-            row = dict(self.windows[start])
-            if self.view.user_set:
-                row["user_ids"] = sorted(row["user_ids"])
-            out.append(row)
-        return out
-
-    def _empty(self, start: int) -> dict[str, Any]:
-        begin = from_epoch_micros(start)
-        window: dict[str, Any] = {"window_start": begin, "window_end": begin + timedelta(minutes=self.view.minutes)}
-        for name, sql_type in self.view.metrics:
-            window[name] = Decimal("0.00") if sql_type.startswith("DECIMAL") else 0
-        if self.view.user_set:
-            window["user_ids"] = set()
-        window["late_events"] = 0
-        return window
+def _empty(view: HotView, start: datetime) -> dict[str, Any]:
+    start = start if start.tzinfo else start.replace(tzinfo=UTC)
+    row: dict[str, Any] = {"window_start": start, "window_end": start + timedelta(minutes=view.minutes)}
+    for name, sql_type in view.metrics:
+        row[name] = Decimal("0.00") if sql_type.startswith("DECIMAL") else 0
+    if view.user_set:
+        row["user_ids"] = []
+    row["late_events"] = 0
+    return row
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

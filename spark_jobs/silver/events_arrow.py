@@ -1,7 +1,7 @@
-"""Clickstream records -> checked rows, in the driver on Arrow (the streaming app's parse of ``events.clickstream``).
+"""Clickstream records -> checked rows on Arrow: the contract as Python, run in Spark's Python workers.
 
-The streaming app collects each micro-batch's raw Kafka records as one Arrow
-table (one Spark job, no parse) and classifies them here, in Python:
+:func:`spark_jobs.silver.events.check_events` runs :func:`check_records` on
+the executors (``mapInArrow``), batch by batch:
 
 * :class:`FastCheck` is the contract compiled into one generated Python
   function (types, enums, patterns, lengths, ranges, the event-time rules)
@@ -11,21 +11,7 @@ table (one Spark job, no parse) and classifies them here, in Python:
   :func:`spark_jobs.contracts.events.check_record` (the JSON Schema validator),
   which gives the reason code and the detail, and also has the last word: the
   valid records are exactly the ones ``check_record`` accepts.
-* The typed columns of a valid record are those of
-  :func:`spark_jobs.silver.events.parse_events` (same names, types, values);
-  ``tests/unit/test_events_arrow.py`` compares the two on the parity corpus.
-
-Why not Spark: the variant-based checks of ``parse_events`` cost ~110 us of CPU
-per event on this machine (measured, two cores: 50,000 events ~3 s); the
-parse and the compiled checks here cost ~7 us (100,000 generated events:
-13.7 us before orjson and the generated function), and the hot path then needs no
-Spark job besides reading Kafka. ``parse_events`` stays the Spark form of the
-same contract: ``lake reconcile events`` classifies with it, so the two
-implementations check each other on every reconcile.
-
-Large batches (a backlog) are split over ``LAKE_EVENTS_PARSE_PROCESSES``
-processes (:class:`ParallelCheck`): the parse is pure Python, so one process
-is one core.
+* The typed columns of a valid record are those of ``silver.events``.
 
 Strings Arrow cannot hold (lone UTF-16 surrogates such as ``"\\ud800"``, valid
 JSON) are stored with ``?`` in their place, as Spark does.
@@ -328,92 +314,3 @@ def check_records(raw: pa.Table, rules: ContractRules | None = None, fast: FastC
     for name, array in columns.items():
         out = out.append_column(name, array)
     return out
-
-
-# --------------------------------------------------------------------------- several processes
-
-#: Batches smaller than this are parsed in the driver process alone (the hand-off costs more than it saves).
-PARALLEL_MIN_ROWS = 20_000
-
-_WORKER_CHECK: FastCheck | None = None
-
-
-def _to_ipc(table: pa.Table) -> bytes:
-    """Arrow IPC stream bytes (only the slice's data, unlike pickling a sliced table)."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _from_ipc(data: bytes) -> pa.Table:
-    import pyarrow as pa
-
-    return pa.ipc.open_stream(data).read_all()
-
-
-def _check_in_worker(data: bytes) -> bytes:
-    global _WORKER_CHECK  # one compiled contract per worker process
-    if _WORKER_CHECK is None:
-        _WORKER_CHECK = FastCheck()
-    return _to_ipc(check_records(_from_ipc(data), fast=_WORKER_CHECK))
-
-
-class ParallelCheck:
-    """:func:`check_records` over ``processes`` cores: the driver parses one slice, worker processes the rest.
-
-    Workers are started with ``spawn`` (never ``fork`` a process that runs a
-    JVM gateway and threads) on first use; :meth:`warm` starts them ahead.
-    A worker that dies fails the batch with ``BrokenProcessPool`` (the query
-    then fails and the supervisor restarts the app; nothing is committed
-    for that batch). Rows come back in input order.
-    """
-
-    def __init__(self, processes: int, min_rows: int = PARALLEL_MIN_ROWS) -> None:
-        self.processes = max(1, processes)
-        self.min_rows = min_rows
-        self.fast = FastCheck()
-        self._pool: Any = None
-
-    def _executor(self) -> Any:
-        if self._pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self._pool = ProcessPoolExecutor(self.processes - 1, mp_context=multiprocessing.get_context("spawn"))
-        return self._pool
-
-    def warm(self) -> None:
-        """Start the workers and load the contract in them (a first batch does not wait for it)."""
-        if self.processes > 1:
-            import pyarrow as pa
-
-            empty = pa.table({c: pa.array([], t) for c, t in _raw_types().items()})
-            for future in [self._executor().submit(_check_in_worker, _to_ipc(empty))
-                           for _ in range(self.processes - 1)]:
-                future.result()
-
-    def check(self, raw: pa.Table) -> pa.Table:
-        import pyarrow as pa
-
-        if self.processes == 1 or raw.num_rows < self.min_rows:
-            return check_records(raw, fast=self.fast)
-        size = -(-raw.num_rows // self.processes)
-        futures = [self._executor().submit(_check_in_worker, _to_ipc(raw.slice(start, size)))
-                   for start in range(size, raw.num_rows, size)]
-        first = check_records(raw.slice(0, size), fast=self.fast)
-        return pa.concat_tables([first, *[_from_ipc(f.result()) for f in futures]])
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-
-
-def _raw_types() -> dict[str, pa.DataType]:
-    import pyarrow as pa
-
-    return {"key": pa.binary(), "value": pa.binary(), "topic": pa.string(), "partition": pa.int32(),
-            "offset": pa.int64(), "kafka_timestamp": pa.timestamp("us", tz="UTC")}

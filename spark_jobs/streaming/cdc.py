@@ -48,6 +48,7 @@ from spark_jobs.streaming.common import (
     Maintenance,
     bronze_schema,
     create_table,
+    once_writer,
     quarantine_schema,
     query_id,
     read_json,
@@ -258,10 +259,8 @@ class CdcApp:
         return int(summary["rejects"]), parsed
 
     def _append(self, frame: DataFrame, table: str, app_id: str, batch_id: int) -> None:
-        """Append ``frame`` to ``table`` at most once per batch (Delta's idempotent write: ``txnAppId`` =
-        ``<query id>:<table>``, ``txnVersion`` = the batch id; a replayed batch is skipped)."""
-        (frame.write.format("delta").mode("append").option("txnAppId", f"{app_id}:{table}")
-         .option("txnVersion", batch_id).save(table_location(self.settings, table)))
+        """Append ``frame`` to ``table`` at most once per batch (:func:`~spark_jobs.streaming.common.once_writer`)."""
+        once_writer(frame, table, app_id, batch_id).mode("append").save(table_location(self.settings, table))
 
     def _quarantine(self, rejects: list[DataFrame], app_id: str, batch_id: int) -> None:
         from functools import reduce

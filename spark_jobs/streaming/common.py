@@ -12,9 +12,7 @@ from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from datetime import datetime
 
-    import pyarrow as pa
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
@@ -69,53 +67,6 @@ def quarantine_schema() -> StructType:
         StructField("value", BinaryType()), StructField("reason", StringType()), StructField("error", StringType()),
         StructField("quarantined_at", TimestampType()),
     ])
-
-
-def raw_records(frame: DataFrame) -> pa.Table:
-    """Kafka source rows -> the driver, as Arrow (key, value, topic, partition, offset, kafka_timestamp).
-
-    One Spark job and no parse: what the events and CDC queries start every batch (and the events
-    recovery) from.
-    """
-    from pyspark.sql import functions as F
-
-    return frame.select("key", "value", "topic", "partition", "offset",
-                        F.col("timestamp").alias("kafka_timestamp")).toArrow()
-
-
-def bronze_rows(raw: pa.Table, ingest_time: datetime) -> pa.Table:
-    """Raw Kafka rows (Arrow: key, value, topic, partition, offset, kafka_timestamp) -> bronze rows for delta-rs."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spark_jobs.hot.events import epoch_micros
-
-    ingest = pa.array(np.full(raw.num_rows, epoch_micros(ingest_time), dtype=np.int64)).cast(pa.timestamp("us", "UTC"))
-    return pa.table({
-        "key": raw.column("key"), "value": raw.column("value"), "topic": raw.column("topic"),
-        "partition": raw.column("partition"), "offset": raw.column("offset"),
-        "kafka_timestamp": raw.column("kafka_timestamp"), "ingest_time": ingest,
-        "ingest_date": pc.cast(pc.cast(ingest, pa.timestamp("us")), pa.date32()),
-    })
-
-
-def quarantine_arrow(stage: str, rejects: dict[str, Any], quarantined_at: datetime) -> pa.Table:
-    """Rejected records -> ``quarantine.<stage>`` rows for delta-rs (the columns of :func:`quarantine_schema`).
-
-    ``rejects`` maps topic, partition, offset, kafka_timestamp, key, value, reason and error to
-    equally long Arrow arrays (or typed lists); ``stage`` and ``quarantined_at`` are added.
-    """
-    import numpy as np
-    import pyarrow as pa
-
-    from spark_jobs.hot.events import epoch_micros
-
-    n = len(rejects["offset"])
-    stamp = pa.array(np.full(n, epoch_micros(quarantined_at), dtype=np.int64)).cast(pa.timestamp("us", "UTC"))
-    columns = ("topic", "partition", "offset", "kafka_timestamp", "key", "value", "reason", "error")
-    return pa.table({"stage": pa.array([stage] * n, pa.string()), **{c: rejects[c] for c in columns},
-                     "quarantined_at": stamp})
 
 
 def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,

@@ -1,4 +1,4 @@
-"""The driver's parse (silver/events_arrow.py): same verdicts as the contract, same typed rows as Spark's parse_events."""
+"""The executors' parse (silver/events_arrow.py, run by mapInArrow): same verdicts as the contract validator."""
 
 from __future__ import annotations
 
@@ -12,22 +12,17 @@ import pytest
 
 from spark_jobs.contracts.events import TOPIC, check_record, parse_event_time, parse_record
 from spark_jobs.hot.events import epoch_micros
-from spark_jobs.silver.events import parse_events
 from spark_jobs.silver.events_arrow import (
     EventTimes,
     FastCheck,
-    ParallelCheck,
     check_records,
     fast_doc,
     properties_text,
 )
-from spark_jobs.streaming import events as ev
 from tests.unit.test_events_parse import (
     EDGE_CASES,
     EVENT_ID,
-    INGEST,
     KAFKA_TS,
-    bronze,
     enc,
     event,
     generated_corpus,
@@ -62,39 +57,8 @@ def test_verdicts_and_details_equal_the_contract_validator() -> None:
         want = check_record(value, KAFKA_TS)
         have = None if got[i]["_reason"] is None else (got[i]["_reason"], got[i]["_error"])
         if have != want:
-            differ[f"{i} {kinds[i]}"] = {"contract": want, "driver": have}
+            differ[f"{i} {kinds[i]}"] = {"contract": want, "fast": have}
     assert differ == {}
-
-
-def test_typed_rows_equal_spark_parse_events(spark: Any) -> None:
-    """Every valid record: the driver's columns equal Spark's, value for value (properties as JSON)."""
-    _kinds, values = corpus()
-    checked = check_records(raw_table(values)).to_pylist()
-    valid, _ = parse_events(bronze(spark, values))
-    spark_rows = {r["_offset"]: r.asDict() for r in valid.collect()}
-    driver_rows = {r["offset"]: r for r in checked if r["_reason"] is None}
-    assert set(driver_rows) == set(spark_rows) and len(driver_rows) > 300
-    differ = {}
-    for offset, s in spark_rows.items():
-        d = driver_rows[offset]
-        for name in ("event_id", "event_type", "user_id", "session_id", "event_date", "schema_version",
-                     "page", "product_id", "quantity", "price", "cart_value", "order_id", "revenue", "currency"):
-            have = d[f"_{name}"] if f"_{name}" in d else d[f"_p_{name}"]
-            if have != s[name]:
-                differ[(offset, name)] = (have, s[name])
-        if d["_event_time"] != s["event_time"].replace(tzinfo=UTC).astimezone(UTC):
-            differ[(offset, "event_time")] = (d["_event_time"], s["event_time"])
-        if json.loads(d["_properties"]) != json.loads(s["properties"]):
-            differ[(offset, "properties")] = (d["_properties"], s["properties"])
-    assert differ == {}
-
-
-def test_generated_properties_text_is_byte_equal_to_spark(spark: Any) -> None:
-    values: list[bytes | None] = [v for kind, v in generated_corpus(300) if kind in ("valid", "late")]
-    values.append(enc(event(properties={"page": "/köln/東京", "z": [1, {"b": None, "a": "x"}], "a": 7})))
-    spark_text = {r["_offset"]: r["properties"] for r in parse_events(bronze(spark, values))[0].collect()}
-    driver = check_records(raw_table(values)).to_pylist()
-    assert {r["offset"]: r["_properties"] for r in driver} == spark_text
 
 
 def test_money_exact_event_time_instant_and_date() -> None:
@@ -163,67 +127,11 @@ def test_properties_text_is_compact_sorted_and_keeps_non_ascii() -> None:
     assert properties_text({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
 
 
-def test_archive_tables_drop_duplicates_flag_late_and_split_rejects() -> None:
-    on_time = enc(event(event_id="00000000-0000-4000-8000-000000000001", event_time="2026-11-22T04:59:00Z"))
-    late = enc(event(event_id="00000000-0000-4000-8000-000000000002", event_time="2026-11-22T04:40:00Z"))
-    resend = on_time
-    values: list[bytes | None] = [on_time, late, b"not json", resend]
-    checked = check_records(raw_table(values))
-    quarantined_at = datetime(2026, 11, 22, 5, 1, tzinfo=UTC)
-    tables = ev.archive_tables(checked, 7, INGEST, datetime(2026, 11, 22, 4, 50, tzinfo=UTC), {(0, 1003)},
-                               quarantined_at)
-    bronze_rows = tables[ev.BRONZE].to_pylist()
-    assert [r["offset"] for r in bronze_rows] == [1000, 1001, 1002, 1003]
-    assert {(r["ingest_time"], str(r["ingest_date"])) for r in bronze_rows} == {(INGEST, "2026-11-22")}
-    silver = tables[ev.SILVER].to_pylist()
-    assert [(r["_offset"], r["_late"], r["_batch_id"], r["_ingest_time"]) for r in silver] == [
-        (1000, False, 7, INGEST), (1001, True, 7, INGEST)]
-    assert [(r["offset"], r["reason"], r["value"], r["stage"], r["quarantined_at"])
-            for r in tables[ev.QUARANTINE].to_pylist()] == [(1002, "not_json", b"not json", "events", quarantined_at)]
-
-
-def test_no_watermark_yet_means_nothing_is_late() -> None:
-    checked = check_records(raw_table([enc(event(event_time="2020-01-01T00:00:00Z"))]))
-    silver = ev.archive_tables(checked, 0, INGEST, None, set())[ev.SILVER]
-    assert silver.column("_late").to_pylist() == [False]
-
-
-def test_write_archive_skips_tables_with_nothing_to_add() -> None:
-    class Table:
-        def __init__(self) -> None:
-            self.writes: list[tuple[int, int]] = []
-
-        def write_once(self, rows: pa.Table, app_id: str, batch_id: int, mode: str) -> bool:
-            self.writes.append((rows.num_rows, batch_id))
-            return True
-
-    tables = {name: Table() for name in (ev.BRONZE, ev.SILVER, ev.QUARANTINE)}
-    some, none = pa.table({"a": [1, 2]}), pa.table({"a": pa.array([], pa.int64())})
-    ev.write_archive(tables, {ev.BRONZE: {3: some, 4: some}, ev.SILVER: {3: some, 4: none},  # type: ignore[arg-type]
-                              ev.QUARANTINE: {3: none, 4: none}}, "q")
-    assert tables[ev.BRONZE].writes == [(4, 4)] and tables[ev.SILVER].writes == [(2, 4)]
-    assert tables[ev.QUARANTINE].writes == []
-
-
 @pytest.mark.parametrize("late_s", [0, 299])
 def test_future_limit_is_relative_to_the_kafka_timestamp(late_s: int) -> None:
     doc = event(event_time="2026-11-22T05:04:59.250Z")  # 299 s after KAFKA_TS
     row = check_records(raw_table([enc(doc)], KAFKA_TS - timedelta(seconds=late_s))).to_pylist()[0]
     assert row["_reason"] == (None if late_s == 0 else "invalid_value")
-
-
-def test_parallel_check_equals_the_single_process_parse_in_order() -> None:
-    _kinds, values = corpus()
-    raw = raw_table(values)
-    checker = ParallelCheck(3, min_rows=10)  # the driver's slice + two worker processes (spawned)
-    try:
-        checker.warm()
-        got = checker.check(raw)
-        small = checker.check(raw.slice(0, 5))  # below min_rows: in the driver process only
-    finally:
-        checker.close()
-    assert got.equals(check_records(raw))
-    assert small.equals(check_records(raw.slice(0, 5)))
 
 
 def test_fast_doc_is_the_strict_parse_or_nothing() -> None:

@@ -14,9 +14,9 @@ from spark_jobs.hot.events import (
     FUNNEL_15M,
     HOT_VIEWS,
     SALES_PER_MINUTE,
-    HotView,
-    HotWindows,
+    apply_deltas,
     batch_aggregate,
+    batch_deltas,
     hot_schema,
     window_deltas,
 )
@@ -62,56 +62,50 @@ def test_active_users_are_distinct_and_funnel_counts_each_stage(spark: Any) -> N
     assert funnel[T0 + timedelta(minutes=15)]["checkouts"] == 1
 
 
-def _apply(windows: HotWindows, part: list[Any], batch_id: int) -> None:
-    windows.add([(t, u, at, rev, late) for t, u, at, rev, late in part], batch_id, T0)
+def _run_batches(spark: Any, parts: list[list[Any]]) -> dict[str, dict[datetime, dict[str, Any]]]:
+    """What the streaming app does per batch: aggregate the batch (Spark), read the changed windows' rows from the
+    table (here a dict per view), add the deltas (apply_deltas) and upsert them."""
+    tables: dict[str, dict[datetime, dict[str, Any]]] = {view.table: {} for view in HOT_VIEWS}
+    for batch_id, part in enumerate(parts):
+        deltas = [r.asDict() for r in batch_deltas(_events(spark, part)).collect()]
+        for view in HOT_VIEWS:
+            mine = [{**d, "window_start": d["window_start"].astimezone(UTC),
+                     "window_end": d["window_end"].astimezone(UTC)} for d in deltas if d["table"] == view.table]
+            table = tables[view.table]
+            current = [table[d["window_start"]] for d in mine if d["window_start"] in table]
+            for row in apply_deltas(view, current, mine, batch_id, T0):
+                table[row["window_start"]] = row
+    return tables
 
 
-@pytest.mark.parametrize("view", HOT_VIEWS, ids=lambda v: v.table)
 @pytest.mark.parametrize("cuts", [(3, 5), (1, 2, 7), ()], ids=["three-batches", "four-batches", "one-batch"])
-def test_batches_added_in_the_driver_equal_the_spark_batch_aggregation(spark: Any, view: HotView,
-                                                                       cuts: tuple[int, ...]) -> None:
-    windows = HotWindows(view)
+def test_batches_upserted_by_the_driver_equal_the_spark_batch_aggregation(spark: Any, cuts: tuple[int, ...]) -> None:
     bounds = [0, *cuts, len(ROWS)]
-    for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-        _apply(windows, ROWS[lo:hi], batch_id)
-    table = spark.createDataFrame(windows.rows(), hot_schema(view))  # the schema a driver commit must fit
-    assert table.columns == hot_schema(view).names
-    got = _by_window(table)
-    whole = _by_window(batch_aggregate(_events(spark, ROWS), view))
-    cols = ("window_end", *view.metric_names, "late_events")
-    assert {k: {c: v[c] for c in cols} for k, v in got.items()} == {
-        k: {c: v[c] for c in cols} for k, v in whole.items()}
-
-
-def test_untouched_windows_keep_their_last_batch_and_user_sets_union() -> None:
-    windows = HotWindows(ACTIVE_USERS_5M)
-    _apply(windows, [ROWS[0], ROWS[5]], 7)  # windows 12:00 and 12:00 (minute 3)
-    _apply(windows, [ROWS[1], ROWS[7]], 8)  # 12:00 again, and 12:15
-    got = {r["window_start"]: r for r in windows.rows()}
-    assert got[T0]["user_ids"] == [1, 2] and got[T0]["active_users"] == 2 and got[T0]["_last_batch"] == 8
-    assert got[T0 + timedelta(minutes=15)]["_last_batch"] == 8
-    _apply(windows, [ROWS[7]], 9)
-    got = {r["window_start"]: r for r in windows.rows()}
-    assert got[T0]["_last_batch"] == 8 and got[T0]["active_users"] == 2
-    assert got[T0 + timedelta(minutes=15)]["user_ids"] == [5] and got[T0 + timedelta(minutes=15)]["_last_batch"] == 9
-
-
-def test_state_reloaded_from_the_table_rows_continues_exactly() -> None:
-    """A restart loads the committed rows back: adding the rest then equals adding everything in one go."""
+    tables = _run_batches(spark, [ROWS[lo:hi] for lo, hi in itertools.pairwise(bounds)])
     for view in HOT_VIEWS:
-        straight = HotWindows(view)
-        _apply(straight, ROWS, 1)
-        first = HotWindows(view)
-        _apply(first, ROWS[:4], 0)
-        reloaded = HotWindows(view)
-        reloaded.load(first.rows())
-        _apply(reloaded, ROWS[4:], 1)
-        assert reloaded.rows() == straight.rows()
+        rows = sorted(tables[view.table].values(), key=lambda r: r["window_start"])
+        table = spark.createDataFrame(rows, hot_schema(view))  # the schema a driver commit must fit
+        assert table.columns == hot_schema(view).names
+        got = _by_window(table)
+        whole = _by_window(batch_aggregate(_events(spark, ROWS), view))
+        cols = ("window_end", *view.metric_names, "late_events")
+        assert {k: {c: v[c] for c in cols} for k, v in got.items()} == {
+            k: {c: v[c] for c in cols} for k, v in whole.items()}, view.table
 
 
-def test_window_start_follows_spark_tumbling_windows_for_naive_utc_times() -> None:
-    windows = HotWindows(FUNNEL_15M)
-    windows.add([("page_view", 1, datetime(2026, 11, 22, 12, 29, 59, 999999), None, False),  # naive = UTC (Arrow)
-                 ("page_view", 1, T0 + timedelta(minutes=30), None, False)], 0, T0)
-    starts = [r["window_start"] for r in windows.rows()]
-    assert starts == [T0 + timedelta(minutes=15), T0 + timedelta(minutes=30)]
+def test_untouched_windows_keep_their_last_batch_and_user_sets_union(spark: Any) -> None:
+    tables = _run_batches(spark, [[ROWS[0], ROWS[5]], [ROWS[1], ROWS[7]], [ROWS[7]]])
+    got = tables[ACTIVE_USERS_5M.table]
+    assert got[T0]["user_ids"] == [1, 2] and got[T0]["active_users"] == 2 and got[T0]["_last_batch"] == 1
+    later = got[T0 + timedelta(minutes=15)]
+    assert later["user_ids"] == [5] and later["active_users"] == 1 and later["_last_batch"] == 2
+    assert tables[FUNNEL_15M.table][T0 + timedelta(minutes=15)]["checkouts"] == 2  # sent twice, counted twice here:
+    # de-duplication happens before the hot path, not in it
+
+
+def test_batch_deltas_have_one_row_per_view_and_window_with_only_their_metrics(spark: Any) -> None:
+    rows = batch_deltas(_events(spark, ROWS[:2])).collect()
+    assert sorted((r.table, r.window_start.astimezone(UTC)) for r in rows) == sorted(
+        (view.table, T0) for view in HOT_VIEWS)
+    sales = next(r for r in rows if r.table == SALES_PER_MINUTE.table)
+    assert (sales.orders, sales.revenue, sales.page_views, sales.user_ids) == (0, Decimal("0.00"), None, None)

@@ -1,33 +1,30 @@
-"""spark_jobs.proc_cpu: the driver/executor CPU split the benches report."""
+"""spark_jobs.proc_cpu: the CPU split of the streaming app's processes and threads (from /proc snapshots)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
-from spark_jobs.proc_cpu import CpuSample, sample, share
+from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
 
 
-def test_share_of_the_difference_between_two_samples() -> None:
-    got = share(CpuSample(10.0, 40.0), CpuSample(12.0, 58.0))
-    assert got == {"driver_cpu_s": 2.0, "executor_cpu_s": 18.0, "driver_cpu_share": 0.1}
-    assert share(CpuSample(1.0, 1.0), CpuSample(1.0, 1.0))["driver_cpu_share"] is None
+def test_cpu_split_charges_buckets_and_keeps_the_cpu_of_exited_threads_apart() -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    before = {"driver": ("driver_python", 0), "jvm:9": ("jvm_total", 10 * tick),
+              "tid:1": ("driver_jvm", 2 * tick), "tid:2": ("executor", 3 * tick), "tid:3": ("jvm_shared", 5 * tick),
+              "pid:20": ("executor", 0)}
+    after = {"driver": ("driver_python", 1 * tick), "jvm:9": ("jvm_total", 30 * tick),
+             "tid:1": ("driver_jvm", 4 * tick), "tid:2": ("executor", 9 * tick), "tid:3": ("jvm_shared", 8 * tick),
+             "tid:4": ("executor", 4 * tick),  # a thread started in the window: counted from zero
+             "pid:20": ("executor", 6 * tick)}
+    got = cpu_split(before, after)
+    # JVM: +20 s in all; live threads +2 (driver) +6 +4 (executor) +3 (shared) = 15: 5 s of exited threads
+    assert got["cpu_seconds"] == {"driver_python": 1.0, "driver_jvm": 2.0, "executor": 16.0, "jvm_shared": 3.0,
+                                  "jvm_exited_threads": 5.0}
+    assert got["total_cpu_seconds"] == 27.0
+    assert got["driver_share"] == round(3 / 27, 3) and got["driver_share_upper"] == round(11 / 27, 3)
 
 
-def test_a_python_worker_child_counts_as_executor_work_and_the_driver_as_driver() -> None:
-    # A child named like Spark's Python worker daemon burns CPU: it is executor work, the parent driver work.
-    import time
-
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ninput()"
-    before = sample(os.getpid())
-    child = subprocess.Popen([sys.executable, "-c", burn, "pyspark.daemon"], stdin=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while sample(os.getpid()).executor_s - before.executor_s < 0.4 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        after = sample(os.getpid())
-        assert after.executor_s - before.executor_s >= 0.4
-        assert after.driver_s >= before.driver_s > 0
-    finally:
-        child.communicate(b"\n", timeout=30)
+def test_snapshot_of_this_process_sees_it_as_the_driver() -> None:
+    snap = cpu_snapshot(os.getpid())
+    assert snap["driver"][0] == "driver_python" and snap["driver"][1] >= 0
+    assert cpu_snapshot(2**22 + 12345) == {}  # no such process: nothing

@@ -41,7 +41,6 @@ def test_env_file_in_state_dir_is_read_and_env_wins(tmp_path: Path) -> None:
         ("LAKE_SPARK_MASTER", "localhost", "is not a Spark master URL"),
         ("LAKE_S3_ENDPOINT", "minio:9000", "must start with http:// or https://"),
         ("LAKE_KAFKA_BOOTSTRAPS", "x", "unknown setting(s) LAKE_KAFKA_BOOTSTRAPS"),
-        ("LAKE_EVENTS_PARSE_PROCESSES", "-1", "LAKE_EVENTS_PARSE_PROCESSES=-1 must be >= 0"),
         ("LAKE_STREAM_MAX_RECORDS_PER_TASK", "0", "LAKE_STREAM_MAX_RECORDS_PER_TASK=0 must be >= 1"),
     ],
 )
@@ -93,10 +92,3 @@ def test_env_example_lists_every_setting() -> None:
     assert listed == {env_name(n) for n in defaults()}
     for name in SECRET_NAMES:
         assert f"{env_name(name)}=\n" in text, f"{name} must have no value in .env.example"
-
-
-def test_parse_processes_default_to_the_cpus_at_most_eight(tmp_path: Path) -> None:
-    auto = load_settings({"LAKE_STATE_DIR": str(tmp_path)}).events_parse_process_count
-    assert 1 <= auto <= 8
-    fixed = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_EVENTS_PARSE_PROCESSES": "3"})
-    assert fixed.events_parse_process_count == 3

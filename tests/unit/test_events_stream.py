@@ -1,0 +1,118 @@
+"""The events query's streaming plan (events_stream): every record raw, checked records de-duplicated in the
+state store across micro-batches, rejects passed through; and the per-batch counts built from it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_jobs.streaming.events import STATE_STORE_CONF, batch_stats, events_stream, late_flag
+
+KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+T0 = datetime(2026, 11, 22, 5, 0, 0, tzinfo=UTC)
+
+
+def _event(event_id: str, user: int, minute: int = 0) -> bytes:
+    doc = {"event_id": event_id, "event_type": "page_view", "user_id": user, "session_id": "s-1",
+           "event_time": (T0 + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+           "properties": {"page": "/"}, "schema_version": 1}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _ids(n: int) -> list[str]:
+    return [f"0b8e7f0e-1c2d-4e5f-8a9b-{i:012d}" for i in range(n)]
+
+
+class Run:
+    """A streaming query over parquet files shaped like the Kafka source; each ``batch`` is one micro-batch."""
+
+    def __init__(self, spark: Any, root: Path) -> None:
+        self.spark, self.root = spark, root
+        self.inbox = root / "in"
+        self.inbox.mkdir()
+        self.batches: list[list[dict[str, Any]]] = []
+        self.stats: list[list[dict[str, Any]]] = []
+        self.previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
+        for key, value in STATE_STORE_CONF.items():
+            spark.conf.set(key, value)
+        source = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(self.inbox))
+
+        def collect(frame: Any, _batch_id: int) -> None:
+            self.batches.append([r.asDict() for r in frame.collect()])
+            stats = [r.asDict() for r in batch_stats(frame, late_flag(None)).collect()]
+            if stats:  # (not the no-data batches Spark runs to move the watermark on)
+                self.stats.append(stats)
+
+        self.query = (events_stream(source, 10).writeStream.foreachBatch(collect)
+                      .option("checkpointLocation", str(root / "checkpoint")).start())
+        self.n = 0
+
+    def batch(self, records: list[tuple[int, int, bytes]]) -> list[dict[str, Any]]:
+        rows = [(b"k", value, "events.clickstream", p, o, T0.replace(tzinfo=None)) for p, o, value in records]
+        staged = self.root / f"staged{self.n}"
+        self.spark.createDataFrame(rows, KAFKA_SCHEMA).coalesce(1).write.parquet(str(staged))
+        for part in staged.glob("part-*.parquet"):  # the file source picks up whole files only
+            part.rename(self.inbox / f"b{self.n}-{part.name}")
+        self.n += 1
+        before = len(self.batches)
+        self.query.processAllAvailable()
+        out = [row for rows in self.batches[before:] for row in rows]
+        return out
+
+
+@pytest.fixture
+def run(spark: Any, tmp_path: Path) -> Iterator[Run]:
+    r = Run(spark, tmp_path)
+    yield r
+    r.query.stop()
+    for key, old in r.previous.items():
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
+
+
+def _kinds(rows: list[dict[str, Any]], kind: str) -> list[tuple[int, int]]:
+    return sorted((r["partition"], r["offset"]) for r in rows if r["_kind"] == kind)
+
+
+def test_every_record_is_raw_once_and_resends_within_the_horizon_are_dropped_across_batches(run: Run) -> None:
+    a, b, c = _ids(3)
+    first = run.batch([(0, 0, _event(a, 1)), (0, 1, _event(b, 1)), (0, 2, _event(a, 1)), (1, 0, b"not json")])
+    assert _kinds(first, "raw") == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    checked = [r for r in first if r["_kind"] == "checked"]
+    # a twice in the batch: one copy survives; the reject passes through with its raw bytes and reason
+    assert sorted(r["_event_id"] for r in checked if r["_reason"] is None) == [a, b]
+    reject = next(r for r in checked if r["_reason"] is not None)
+    assert (reject["_reason"], reject["value"], reject["offset"]) == ("not_json", b"not json", 0)
+    assert all(r["value"] is None for r in checked if r["_reason"] is None)  # no raw bytes through the shuffle
+
+    second = run.batch([(0, 3, _event(b, 1)), (0, 4, _event(c, 1)), (1, 1, b"not json")])
+    assert _kinds(second, "raw") == [(0, 3), (0, 4), (1, 1)]
+    # b was seen in the batch before (the state store): only c is new; the second reject is kept too
+    assert sorted((r["_event_id"] or "", r["_reason"] or "") for r in second if r["_kind"] == "checked") == [
+        ("", "not_json"), (c, "")]
+
+
+def test_batch_stats_count_received_unique_rejects_and_offsets_per_partition(run: Run) -> None:
+    a, b = _ids(2)
+    run.batch([(0, 5, _event(a, 1)), (0, 6, _event(a, 1)), (0, 7, _event(b, 2, minute=3)), (2, 9, b"{}")])
+    stats = {r["partition"]: r for r in run.stats[-1]}
+    assert {p: (r["received"], r["first_offset"], r["last_offset"], r["appended"], r["quarantined"], r["late"])
+            for p, r in stats.items()} == {0: (3, 5, 7, 2, 0, 0), 2: (1, 9, 9, 0, 1, 0)}
+    assert stats[0]["newest_on_time"].replace(tzinfo=UTC) == T0 + timedelta(minutes=3)
+
+
+def test_late_flag_is_event_time_before_the_watermark(spark: Any) -> None:
+    frame = spark.createDataFrame([(T0.replace(tzinfo=None),), ((T0 + timedelta(seconds=1)).replace(tzinfo=None),)],
+                                  "_event_time timestamp")
+    flags = [r.late for r in frame.orderBy("_event_time").select(
+        late_flag(T0 + timedelta(microseconds=1)).alias("late")).collect()]
+    assert flags == [True, False]
+    assert frame.select(late_flag(None).alias("late")).where(F.col("late")).count() == 0
