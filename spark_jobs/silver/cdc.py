@@ -249,7 +249,8 @@ def newest_changes(changes: DataFrame, columns: Sequence[str], keys: Sequence[st
                         F.struct(F.col(quote_ident(c)).alias("v"))), ignorenulls=True)
           .over(upto_here).alias(f"_fill_{c}") for c in toastable])
     newest = frame.where(F.col("_n") == F.col("_count")).select(
-        *[F.when(F.col(f"`_fill_{c}`").isNull(), F.col(quote_ident(c))).otherwise(F.col(f"`_fill_{c}`.v"))
+        *[F.when(F.col(quote_ident(f"_fill_{c}")).isNull(), F.col(quote_ident(c)))
+          .otherwise(F.col(quote_ident(f"_fill_{c}")).getField("v"))
           .alias(c) if c in toastable else F.col(quote_ident(c)) for c in columns])
     if markers is None:
         return newest
@@ -292,6 +293,7 @@ def merge(target: DeltaTable, source: DataFrame, keys: Sequence[str], toastable:
     plan = merge_plan(keys, source.columns, toastable)
     (target.alias("t").merge(source.alias("s"), plan.condition)
      .whenMatchedDelete(plan.delete_condition)
-     .whenMatchedUpdate(plan.update_condition, dict(plan.update_set))
-     .whenNotMatchedInsert(plan.insert_condition, dict(plan.insert_values))
+     # Target column names are parsed as identifiers: quoted, so a name with a backtick or dot works.
+     .whenMatchedUpdate(plan.update_condition, {quote_ident(c): v for c, v in plan.update_set.items()})
+     .whenNotMatchedInsert(plan.insert_condition, {quote_ident(c): v for c, v in plan.insert_values.items()})
      .execute())

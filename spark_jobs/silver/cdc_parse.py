@@ -62,7 +62,8 @@ NO_OP = "payload has no 'op'"
 #: near 1,000): rejected like any unreadable record instead of failing the batch on every replay.
 TOO_DEEP = "value is nested too deeply to parse (more than ~1,000 levels of objects/arrays)"
 #: Characters Delta refuses in a column name unless the table uses column mapping.
-DELTA_INVALID_NAME_CHARS = frozenset(" ,;{}()\n\t=")
+#: A backtick too: Delta's MERGE with the change data feed cannot resolve such a column (packedCdc.`a`b`).
+DELTA_INVALID_NAME_CHARS = frozenset(" ,;{}()\n\t=`")
 TRUNCATE = "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot"
 NO_POSITION = "source has neither 'sequence' nor 'lsn': the change cannot be ordered"
 
@@ -382,7 +383,8 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
     unsupported = [k for k in extra_names if DELTA_INVALID_NAME_CHARS.intersection(k)]
     if unsupported:
         return (f"column name(s) {', '.join(repr(k) for k in unsupported)} contain characters Delta tables refuse "
-                f"without column mapping (space or any of ,;{{}}()=, tab, newline): rename the column in PostgreSQL, "
+                f"without column mapping or in a MERGE with the change data feed (space, backtick or any of "
+                f",;{{}}()=, tab, newline): rename the column in PostgreSQL, "
                 f"then replay these records from quarantine")
     extra = None
     if extra_names:

@@ -360,3 +360,16 @@ def test_a_record_that_cannot_be_parsed_is_a_reject_row_even_with_a_not_null_key
     parsed = parse_frame(spark.createDataFrame(raw(records)), silver, KEYS).collect()
     assert sorted((r["_offset"], r["id"], r["_value"], r["_error"] is not None) for r in parsed) == [
         (0, None, b"not json", True), (1, 2, None, False)]
+
+
+def test_newest_change_with_a_backtick_in_a_toastable_column_name(spark: Any) -> None:
+    """A PostgreSQL quoted identifier may hold a backtick (a poison record once widened silver with `we`ird`):
+    the window and the TOAST fill quote it."""
+    from spark_jobs.silver.cdc import newest_changes
+
+    columns = ["id", "we`ird", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
+    rows = [(1, "long", "c", 1, 10, 10, 0, 0), (1, UNAVAILABLE_VALUE, "u", 1, 11, 11, 0, 1)]
+    frame = spark.createDataFrame(rows, [*columns, "_partition", "_offset"])
+    got = newest_changes(frame, columns, ["id"], ["we`ird"], None).collect()
+    assert [(r["id"], r["we`ird"], r["_op"]) for r in got] == [(1, "long", "u")]
+
