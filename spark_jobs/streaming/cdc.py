@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
-from spark_jobs.silver.cdc import POSITION_COLUMNS, quote_ident
+from spark_jobs.silver.cdc import POSITION_COLUMNS, added_columns, quote_ident
 from spark_jobs.streaming.common import (
     Maintenance,
     bronze_schema,
@@ -232,7 +232,7 @@ class CdcApp:
                 F.array_distinct(F.flatten(F.collect_list("_extra_names"))).alias("extra"),
                 F.max("_source_ts").alias("newest")).first()
             assert summary is not None
-            added = _added_columns(schema.names, summary["extra"] or [])
+            added = added_columns(schema.names, sorted(summary["extra"] or []))
             if not added:
                 break
             self._widen(contract, added)
@@ -300,12 +300,6 @@ class CdcApp:
               f"{self.progress['batch_seconds']:.2f} s " + " ".join(f"{k}={v}" for k, v in
                                                                     self.progress["step_seconds"].items()),
               flush=True)
-
-
-def _added_columns(current: Sequence[str], extra: Sequence[str]) -> list[str]:
-    from spark_jobs.silver.cdc import added_columns
-
-    return added_columns(current, sorted(extra))
 
 
 def unknown_topic_rejects(raw: DataFrame) -> DataFrame:
