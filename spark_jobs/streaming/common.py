@@ -69,9 +69,18 @@ def quarantine_schema() -> StructType:
     ])
 
 
+#: Every table the streaming app writes through Spark gets Delta's auto compaction: after a commit that leaves
+#: at least ``spark.databricks.delta.autoCompact.minNumFiles`` (50) small files in the partitions it touched,
+#: the same job bin-packs those partitions (history: OPTIMIZE, auto=true). Its cost is bounded by those 50
+#: small files, whatever the table's size, and it runs in the writer, so there is no second writer and no
+#: scheduled rewrite of the whole table (the hourly OPTIMIZE it replaces took minutes, docs/benchmarks.md).
+AUTO_COMPACT = {"delta.autoOptimize.autoCompact": "true"}
+
+
 def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
                  partitions: list[str] | None = None, props: dict[str, str] | None = None) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location."""
+    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, with ``props`` (set on a table
+    that exists without them, e.g. one created by an older version)."""
     from delta.tables import DeltaTable
 
     builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
@@ -81,6 +90,13 @@ def create_table(spark: SparkSession, settings: Settings, name: str, schema: Str
     for k, v in (props or {}).items():
         builder = builder.property(k, v)
     builder.execute()
+    if props:
+        detail = DeltaTable.forName(spark, name).detail().select("properties").head()
+        current = (detail[0] if detail else None) or {}
+        missing = {k: v for k, v in props.items() if current.get(k) != v}
+        if missing:
+            spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ("
+                      + ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items())) + ")")
 
 
 def once_writer(frame: DataFrame, table: str, app_id: str, batch_id: int) -> DataFrameWriter:
@@ -141,20 +157,19 @@ def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscr
 
 
 class Maintenance:
-    """Compaction and clean-up of the tables one streaming query owns, run inside its batch loop.
+    """``VACUUM`` of the tables one streaming query owns, run inside its batch loop.
 
-    The streaming app is the single writer of bronze/silver/hot/quarantine
-    tables (DESIGN.md), so their ``OPTIMIZE`` (small files from every
-    micro-batch, files rewritten by copy-on-write MERGEs) and ``VACUUM`` run in the same
-    driver, between batches, never from a second one. ``run_if_due`` is called
-    after each batch; every ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it
-    compacts and vacuums ``tables`` and prints how long it took. VACUUM keeps
-    files removed less than the table's ``delta.deletedFileRetentionDuration``
-    ago (Delta's default: 7 days), so time travel and readers of older versions
-    keep working; Delta 4 ignores a ``RETAIN`` clause other than 0 hours (it
-    warns), so none is given. Batches of the query wait meanwhile: the cost is
-    about a rewrite of what landed since the last run (the first run after a
-    long time rewrites every small file).
+    The streaming app is the single writer of its tables (DESIGN.md), so their
+    clean-up runs in the same driver, between batches, never from a second one.
+    Compaction is not here: Delta's auto compaction (:data:`AUTO_COMPACT`) runs
+    in the writes themselves. ``run_if_due`` is called after each batch; every
+    ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it vacuums ``tables`` in
+    Delta's LITE mode, which finds the removed files in the transaction log
+    since the last vacuum instead of listing the table's directory, so its cost
+    follows what changed, not the table's size. Where the log no longer reaches
+    back that far, Delta refuses LITE (``DELTA_CANNOT_VACUUM_LITE``) and ``VACUUM FULL`` runs once. Files
+    removed less than ``delta.deletedFileRetentionDuration`` ago (7 days by
+    default) stay, so time travel and readers of older versions keep working.
     """
 
     def __init__(self, spark: SparkSession, settings: Settings, query: str, tables: Sequence[str]) -> None:
@@ -172,8 +187,14 @@ class Maintenance:
             return
         started = time.monotonic()
         for name in self.tables:
-            self.spark.sql(f"OPTIMIZE {name}")
-            self.spark.sql(f"VACUUM {name}")
+            try:
+                self.spark.sql(f"VACUUM {name} LITE")
+            except Exception as exc:
+                if "DELTA_CANNOT_VACUUM_LITE" not in str(exc):
+                    raise
+                print(f"lake stream: {self.query}: VACUUM {name} LITE refused (DELTA_CANNOT_VACUUM_LITE: the log "
+                      "no longer reaches the last vacuum); running VACUUM FULL once", flush=True)
+                self.spark.sql(f"VACUUM {name} FULL")
         self.last = time.monotonic()
-        print(f"lake stream: {self.query}: maintenance (OPTIMIZE + VACUUM) of {len(self.tables)} table(s) "
+        print(f"lake stream: {self.query}: VACUUM LITE of {len(self.tables)} table(s) "
               f"took {self.last - started:.1f} s", flush=True)

@@ -65,6 +65,8 @@ from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
 from spark_jobs.silver.events import check_events, checked_schema, valid_events
 from spark_jobs.streaming.common import (
+    AUTO_COMPACT,
+    Maintenance,
     bronze_schema,
     create_table,
     once_writer,
@@ -186,6 +188,7 @@ class EventsApp:
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
         self._last_maintenance = time.monotonic()
+        self.maintenance = Maintenance(spark, settings, QUERY, [BRONZE, SILVER, QUARANTINE])
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
 
     def ensure_tables(self) -> None:
@@ -193,14 +196,14 @@ class EventsApp:
 
         for db in ("bronze", "silver", "hot", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
-        create_table(self.spark, self.settings, BRONZE, bronze_schema(), ["ingest_date"])
+        create_table(self.spark, self.settings, BRONZE, bronze_schema(), ["ingest_date"], AUTO_COMPACT)
         empty = self.spark.createDataFrame([], StructType([*checked_schema().fields,
                                                            StructField("ingest_time", bronze_schema()["ingest_time"]
                                                                        .dataType)]))
         silver = StructType([*valid_events(empty).schema.fields, StructField("_late", BooleanType()),
                              StructField("_batch_id", LongType())])
-        create_table(self.spark, self.settings, SILVER, _nullable(silver), ["event_date"])
-        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
+        create_table(self.spark, self.settings, SILVER, _nullable(silver), ["event_date"], AUTO_COMPACT)
+        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema(), props=AUTO_COMPACT)
         for view in HOT_VIEWS:
             create_table(self.spark, self.settings, view.table, hot_schema(view), props=HOT_TABLE_PROPERTIES)
             self.hot_tables[view.table] = DriverTable(self.settings, view.table)
@@ -277,6 +280,7 @@ class EventsApp:
             print(f"lake stream: {QUERY} batch {batch_id}: {received} records in {ledger['batch_seconds']:.2f} s ("
                   + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()) + ")", flush=True)
         self._maintain_hot_if_due()
+        self.maintenance.run_if_due()
 
     def _commit_hot(self, deltas: list[dict[str, Any]], app_id: str, batch_id: int, now: datetime) -> None:
         """Upsert each hot table's changed windows: current rows (read back from the table) + the deltas."""
@@ -369,11 +373,13 @@ class EventsApp:
         return None
 
     def _maintain_hot_if_due(self) -> None:
-        """Each batch's MERGE adds a small file to a hot table: compact them and drop the removed ones."""
+        """Each batch's delta-rs commit adds a small file to the hot tables and the ledger: compact them and drop
+        the removed ones (Delta's auto compaction runs in Spark writes only)."""
         if time.monotonic() - self._last_maintenance < HOT_MAINTENANCE_SECONDS:
             return
         self._last_maintenance = time.monotonic()
-        for table in self.hot_tables.values():
+        assert self.ledger is not None
+        for table in [*self.hot_tables.values(), self.ledger]:
             table.compact()
             table.vacuum()
 

@@ -1,21 +1,26 @@
-"""The streaming queries' table maintenance: when it runs and what it runs (a recording fake session)."""
+"""The streaming queries' table upkeep: when VACUUM runs and what it runs (a recording fake session), and Delta's
+auto compaction plus VACUUM LITE on real local tables."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from spark_jobs.streaming.common import Maintenance
+from spark_jobs.streaming.common import AUTO_COMPACT, Maintenance, create_table
 
 
 class RecordingSpark:
-    def __init__(self) -> None:
+    def __init__(self, refuse_lite: bool = False) -> None:
         self.statements: list[str] = []
+        self.refuse_lite = refuse_lite
 
     def sql(self, statement: str) -> None:
         self.statements.append(statement)
+        if self.refuse_lite and statement.endswith(" LITE"):
+            raise RuntimeError("[DELTA_CANNOT_VACUUM_LITE] VACUUM LITE cannot delete all eligible files ...")
 
 
 def _maintenance(minutes: int, clock: list[float], monkeypatch: pytest.MonkeyPatch) -> tuple[Maintenance, Any]:
@@ -35,10 +40,10 @@ def test_maintenance_runs_once_per_interval_on_every_owned_table(monkeypatch: py
     assert spark.statements == []
     clock[0] += 1
     maintenance.run_if_due()
-    assert spark.statements == ["OPTIMIZE silver.a", "VACUUM silver.a", "OPTIMIZE hot.b", "VACUUM hot.b"]
+    assert spark.statements == ["VACUUM silver.a LITE", "VACUUM hot.b LITE"]
     clock[0] += 10
     maintenance.run_if_due()
-    assert len(spark.statements) == 4  # the interval starts again after a run
+    assert len(spark.statements) == 2  # the interval starts again after a run
 
 
 def test_maintenance_interval_zero_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,3 +52,66 @@ def test_maintenance_interval_zero_never_runs(monkeypatch: pytest.MonkeyPatch) -
     clock[0] += 10**9
     maintenance.run_if_due()
     assert spark.statements == []
+
+
+def test_a_refused_lite_vacuum_runs_full_once_and_other_errors_propagate(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    maintenance, _ = _maintenance(1, clock, monkeypatch)
+    maintenance.spark = spark = RecordingSpark(refuse_lite=True)  # type: ignore[assignment]
+    clock[0] += 60
+    maintenance.run_if_due()
+    assert spark.statements == ["VACUUM silver.a LITE", "VACUUM silver.a FULL", "VACUUM hot.b LITE", "VACUUM hot.b FULL"]
+
+    class Broken(RecordingSpark):
+        def sql(self, statement: str) -> None:
+            raise RuntimeError("[DELTA_TABLE_NOT_FOUND] silver.a")
+
+    maintenance.spark = Broken()  # type: ignore[assignment]
+    clock[0] += 60
+    with pytest.raises(RuntimeError, match="DELTA_TABLE_NOT_FOUND"):
+        maintenance.run_if_due()
+
+
+def test_auto_compaction_and_vacuum_lite_on_real_tables(spark: Any, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An owned table created by an older version gets auto compaction set; after enough small appends the
+    write itself compacts the partition (history: OPTIMIZE, auto=true); VACUUM LITE then deletes the files
+    compaction removed (retention 0 here, so the test need not wait 7 days)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, LongType, StructField, StructType
+
+    monkeypatch.setattr("spark_jobs.streaming.common.table_location", lambda settings, name: str(tmp_path / name))
+    schema = StructType([StructField("id", LongType()), StructField("d", DateType())])
+    create_table(spark, None, "default.upkeep_t", schema, ["d"])  # type: ignore[arg-type]
+    create_table(spark, None, "default.upkeep_t", schema, ["d"], AUTO_COMPACT)  # type: ignore[arg-type]
+    props = spark.sql("SHOW TBLPROPERTIES default.upkeep_t").collect()
+    assert {r.key: r.value for r in props}.get("delta.autoOptimize.autoCompact") == "true"
+    spark.sql("ALTER TABLE default.upkeep_t SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 0 hours')")
+    location = tmp_path / "default.upkeep_t"
+    spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", "5")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        for i in range(6):
+            (spark.range(1).select(F.lit(i).cast("bigint").alias("id"), F.lit("2026-11-25").cast("date").alias("d"))
+             .write.format("delta").mode("append").save(str(location)))
+        history = spark.sql("DESCRIBE HISTORY default.upkeep_t").collect()
+        compactions = [h for h in history if h.operation == "OPTIMIZE"]
+        assert compactions and compactions[0].operationParameters["auto"] == "true", [h.operation for h in history]
+        assert sorted(r.id for r in spark.table("default.upkeep_t").collect()) == list(range(6))
+        def data_files() -> int:
+            return len([f for f in location.rglob("*.parquet") if "_delta_log" not in f.parts])
+
+        files_before = data_files()
+        clock = [0.0]
+        monkeypatch.setattr("spark_jobs.streaming.common.time.monotonic", lambda: clock[0])
+        settings: Any = SimpleNamespace(stream_maintenance_minutes=1)
+        maintenance = Maintenance(spark, settings, "lake_test", ["default.upkeep_t"])
+        clock[0] += 60
+        maintenance.run_if_due()
+        live = spark.sql("DESCRIBE DETAIL default.upkeep_t").head().numFiles
+        assert data_files() == live < files_before
+        assert sorted(r.id for r in spark.table("default.upkeep_t").collect()) == list(range(6))
+    finally:
+        spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        spark.sql("DROP TABLE IF EXISTS default.upkeep_t")
