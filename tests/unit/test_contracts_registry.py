@@ -36,3 +36,98 @@ def test_publication_holds_exactly_the_contract_tables_and_the_heartbeat() -> No
         for m in re.finditer(r"ALTER\s+PUBLICATION\s+\w+\s+DROP\s+TABLE\s+([^;]+);", text, re.IGNORECASE):
             published -= {t.strip() for t in m.group(1).split(",")}
     assert published == _contract_tables() | {HEARTBEAT}
+
+
+#: PostgreSQL column types of the shop DDL -> the contract's Spark types (see spark_jobs/contracts/shop.py).
+_PG_TYPES = {"bigint": "bigint", "integer": "int", "text": "string", "jsonb": "string", "boolean": "boolean",
+             "timestamptz": "timestamp"}
+
+
+def _pg_to_spark(pg_type: str) -> str:
+    if m := re.fullmatch(r"numeric\((\d+),(\d+)\)", pg_type):
+        return f"decimal({m.group(1)},{m.group(2)})"
+    if re.fullmatch(r"char\(\d+\)", pg_type):
+        return "string"
+    return _PG_TYPES[pg_type]
+
+
+def _ddl_tables() -> dict[str, tuple[list[tuple[str, str, bool]], list[str]]]:
+    """CREATE TABLE statements of the shop migrations: table -> ([(column, spark type, not null)], primary key)."""
+    tables = {}
+    for sql in sorted(MIGRATIONS.glob("V*.sql")):
+        text = re.sub(r"--[^\n]*", "", sql.read_text())
+        for m in re.finditer(r"CREATE\s+TABLE\s+(\w+)\s*\((.*?)\);", text, re.IGNORECASE | re.DOTALL):
+            cols, pk = [], []
+            for line in (part.strip() for part in re.split(r",\s*\n", m.group(2))):
+                if mk := re.match(r"PRIMARY\s+KEY\s*\(([^)]*)\)", line, re.IGNORECASE):
+                    pk = [c.strip() for c in mk.group(1).split(",")]
+                    continue
+                name, pg_type = line.split()[:2]
+                cols.append((name, _pg_to_spark(pg_type.lower()), "NOT NULL" in line.upper() or "PRIMARY KEY" in
+                             line.upper()))
+                if "PRIMARY KEY" in line.upper():
+                    pk = [name]
+            tables[m.group(1)] = (cols, pk)
+    return tables
+
+
+def test_migrations_create_the_contract_tables_column_for_column() -> None:
+    ddl = _ddl_tables()
+    for contract in CDC_TABLES.values():
+        assert contract.table in ddl, f"no CREATE TABLE {contract.table} in {MIGRATIONS}"
+        cols, pk = ddl[contract.table]
+        assert [(c, t) for c, t, _ in cols] == [(f.name, f.dataType.simpleString()) for f in contract.schema.fields], \
+            contract.table
+        assert tuple(pk) == contract.keys, contract.table
+        not_null = {c for c, _, nn in cols if nn}
+        assert set(contract.keys) <= not_null
+        assert all(f.nullable or f.name in not_null for f in contract.schema.fields), contract.table
+
+
+_STATEMENT = re.compile(r'INSERT\s+INTO\s+(\w+)\s*\(([^)]*)\)|UPDATE\s+(\w+)\s+SET\s+([^"\n]*?)\s+WHERE|DELETE\s+FROM\s+(\w+)',
+                        re.IGNORECASE | re.DOTALL)
+
+
+def _written(table: str, columns: list[str]) -> tuple[str, set[str]]:
+    return table, {c.strip() for c in columns if c.strip()}
+
+
+def test_cdc_loadgen_writes_only_contract_tables_and_columns() -> None:
+    """Every SQL statement the live load generator sends names a captured table and only its contract columns."""
+    schemas = {t.table: set(t.schema.names) for t in CDC_TABLES.values()}
+    source = "\n".join(p.read_text() for p in sorted((MIGRATIONS.parents[2] / "spark_jobs" / "loadgen" / "cdc")
+                                                      .glob("*.py")))
+    # Adjacent string literals form one statement: join them before matching.
+    source = re.sub(r'"\s*\n\s*"', "", source)
+    seen = set()
+    for m in _STATEMENT.finditer(source):
+        if m.group(1):
+            table, cols = _written(m.group(1), m.group(2).split(","))
+        elif m.group(3):
+            table, cols = _written(m.group(3), re.findall(r"(\w+)\s*=", m.group(4)))
+        else:
+            table, cols = m.group(5), set()
+        assert table in schemas, f"loadgen writes {table}, which no CDC contract captures"
+        assert cols <= schemas[table], f"loadgen writes {sorted(cols - schemas[table])} of {table}: not in its contract"
+        seen.add(table)
+    assert seen == set(schemas), f"statements found for {sorted(seen)} only: the pattern misses some"
+
+
+def test_history_plan_writes_only_contract_tables_and_columns() -> None:
+    from datetime import date
+
+    from spark_jobs.loadgen.history_plan import plan_history
+
+    contracts = {t.table: t for t in CDC_TABLES.values()}
+    plan = plan_history(3, 2, date(2026, 3, 10), orders_per_day=30, events_per_day=50)
+    tables = set()
+    for tx in plan.txs:
+        for change in tx.changes:
+            contract = contracts[change.table]
+            assert set(change.key) == set(contract.keys), change
+            assert set(change.values) <= set(contract.schema.names), change
+            if change.kind == "insert":
+                required = {f.name for f in contract.schema.fields if not f.nullable}
+                assert required <= set(change.values) | set(change.key), change
+            tables.add(change.table)
+    assert tables == set(contracts)
