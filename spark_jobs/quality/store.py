@@ -65,9 +65,11 @@ def _with_retries(write: Any, what: str) -> None:
             write()
             return
         except Exception as exc:
-            # Delta's optimistic concurrency: another task committed to the table meanwhile. Our rows are
-            # keyed by (run, table, task), so re-running the overwrite is safe.
-            if "Concurrent" not in type(exc).__name__ + str(exc)[:500] or attempt == WRITE_ATTEMPTS:
+            # Delta's optimistic concurrency: another task committed to the table meanwhile (Concurrent*Exception;
+            # or DELTA_PROTOCOL_CHANGED "... changed by a concurrent update" when two tasks create the table). Our
+            # rows are keyed by (run, table, task), so re-running the overwrite is safe. Over Spark Connect the
+            # class is UnknownException: match the message.
+            if "concurrent" not in (type(exc).__name__ + str(exc)[:500]).lower() or attempt == WRITE_ATTEMPTS:
                 raise
             time.sleep(attempt * 2)
     raise AssertionError(f"unreachable: {what}")
