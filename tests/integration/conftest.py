@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,43 @@ def wait_and_verify_cdc(timeout: float = 900) -> None:
     assert set(diffs) == {"silver.customers", "silver.products", "silver.orders", "silver.order_items"}
     bad = {t: lines[:10] for t, lines in diffs.items() if lines}
     assert not bad, json.dumps(bad, indent=1, ensure_ascii=False)
+
+
+#: ``gold.fct_daily_sales`` computed in PostgreSQL from the shop's own tables for [%s, %s) (the tests' reference).
+SALES_SQL = """
+SELECT (o.placed_at AT TIME ZONE 'UTC')::date AS order_date, o.currency,
+       count(*) AS orders,
+       count(*) FILTER (WHERE o.status IN ('paid', 'shipped')) AS paid_orders,
+       coalesce(sum(o.total) FILTER (WHERE o.status IN ('paid', 'shipped')), 0) AS revenue,
+       coalesce(sum(o.total) FILTER (WHERE o.status = 'refunded'), 0) AS refunded_amount,
+       count(*) FILTER (WHERE o.status = 'cancelled') AS cancelled_orders,
+       coalesce(sum(i.units) FILTER (WHERE o.status IN ('paid', 'shipped')), 0) AS units,
+       count(DISTINCT o.customer_id) AS customers
+FROM orders o LEFT JOIN (SELECT order_id, sum(quantity) AS units FROM order_items GROUP BY order_id) i
+  USING (order_id)
+WHERE o.placed_at >= %s AND o.placed_at < %s
+GROUP BY 1, 2 ORDER BY 1, 2
+"""
+
+
+def write_history(days: int, *, orders_per_day: int, events_per_day: int, seeds: range) -> int:
+    """``lake loadgen history`` with the first seed of ``seeds`` whose id range is still free (the state dir may
+    hold an earlier run's history); returns the seed."""
+    for seed in seeds:
+        proc = run_lake("loadgen", "history", "--days", str(days), "--seed", str(seed), "--orders-per-day",
+                        str(orders_per_day), "--events-per-day", str(events_per_day), check=False, timeout=900)
+        if proc.returncode == 0:
+            return seed
+        assert proc.returncode == 2 and "make clean" in proc.stderr + proc.stdout, proc.stderr[-2000:]
+    pytest.fail(f"no free history seed in {seeds.start}..{seeds.stop - 1}")
+
+
+def gold_backfill(settings: Settings, days: list[date], reprocess: str) -> dict[str, str]:
+    """A backfill of ``lake_gold_daily`` over ``days`` through the REST API; waits for it, returns {day: state}."""
+    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
+
+    client = AirflowClient(settings)
+    client.wait_for_dag(GOLD_DAG)
+    client.unpause(GOLD_DAG)
+    bf = client.backfill(GOLD_DAG, days[0], days[-1], reprocess=reprocess)
+    return client.wait_backfill(GOLD_DAG, int(bf["id"]), days, timeout=2400)

@@ -7,19 +7,22 @@ runs this module with the CDC and events tests, unchanged.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from spark_jobs.loadgen.cdc.runner import run as run_loadgen
 from spark_jobs.settings import Settings, load_settings
-from tests.integration.conftest import run_lake, wait_and_verify_cdc
+from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, wait_and_verify_cdc, write_history
 
 pytestmark = pytest.mark.skipif(load_settings().spark_cluster_workers == 0,
                                 reason="no Spark cluster in this stack (make test-cluster runs one)")
@@ -88,3 +91,47 @@ def test_executor_sigkilled_during_load_loses_nothing(cluster: Settings) -> None
     # recomputed from Kafka), and every write of the batch is idempotent or position-guarded.
     wait_and_verify_cdc()
     assert _executors(_app(cluster, "lake-stream")["id"]), "no executor after the kill"
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` (fields 14 and 15 of /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def test_gold_backfill_runs_on_the_cluster_and_equals_postgres(cluster: Settings) -> None:
+    """The Airflow gold tasks, unchanged, on the cluster: their Spark Connect server's executors do the work,
+    and the days' ``gold.fct_daily_sales`` equal PostgreSQL's figures."""
+    connect = _app(cluster, "lake-spark-connect")
+    executors = _executors(connect["id"])
+    assert executors, f"lake-spark-connect ({connect['id']}) has no executor process"
+    write_history(2, orders_per_day=60, events_per_day=300, seeds=range(301, 330))
+    wait_and_verify_cdc()
+    today = datetime.now(UTC).date()
+    days = [today - timedelta(days=2), today - timedelta(days=1)]
+    before = _cpu_seconds(executors)
+    states = gold_backfill(cluster, days, "completed")
+    used = _cpu_seconds(executors) - before
+    assert set(states.values()) == {"success"}, states
+    assert used > 1.0, f"the Spark Connect server's executors used {used:.2f} CPU s during the gold backfill"
+    print(f"  gold backfill of {len(days)} days: {used:.1f} CPU s on the cluster's executors of lake-spark-connect")
+
+    start = datetime(days[0].year, days[0].month, days[0].day, tzinfo=UTC)
+    with psycopg2.connect(cluster.pg_dsn(cluster.pg_shop_db)) as conn, conn.cursor() as cur:
+        cur.execute(SALES_SQL, (start, start + timedelta(days=len(days))))
+        expected = {(str(r[0]), r[1].strip()): (int(r[2]), r[4]) for r in cur.fetchall()}
+    conn.close()
+    out = run_lake("sql", "-e", f"SELECT order_date, currency, orders, revenue FROM gold.fct_daily_sales "
+                   f"WHERE order_date >= DATE'{days[0]}' AND order_date <= DATE'{days[-1]}'", "--format", "json",
+                   timeout=900).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    got = {(str(r["order_date"]), r["currency"].strip()): (int(r["orders"]), r["revenue"]) for r in rows}
+    assert expected and set(got) == set(expected), (sorted(got), sorted(expected))
+    for key, (orders, revenue) in expected.items():
+        assert got[key][0] == orders and str(got[key][1]) == str(revenue), (key, got[key], (orders, revenue))

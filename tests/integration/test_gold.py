@@ -17,27 +17,12 @@ from typing import Any
 import psycopg2
 import pytest
 
-from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import Settings
-from tests.integration.conftest import run_lake
+from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, write_history
 
 DAYS = 7
 FACTS = {"fct_orders": "order_date", "fct_daily_sales": "order_date", "fct_daily_funnel": "event_date"}
-SALES_SQL = """
-SELECT (o.placed_at AT TIME ZONE 'UTC')::date AS order_date, o.currency,
-       count(*) AS orders,
-       count(*) FILTER (WHERE o.status IN ('paid', 'shipped')) AS paid_orders,
-       coalesce(sum(o.total) FILTER (WHERE o.status IN ('paid', 'shipped')), 0) AS revenue,
-       coalesce(sum(o.total) FILTER (WHERE o.status = 'refunded'), 0) AS refunded_amount,
-       count(*) FILTER (WHERE o.status = 'cancelled') AS cancelled_orders,
-       coalesce(sum(i.units) FILTER (WHERE o.status IN ('paid', 'shipped')), 0) AS units,
-       count(DISTINCT o.customer_id) AS customers
-FROM orders o LEFT JOIN (SELECT order_id, sum(quantity) AS units FROM order_items GROUP BY order_id) i
-  USING (order_id)
-WHERE o.placed_at >= %s AND o.placed_at < %s
-GROUP BY 1, 2 ORDER BY 1, 2
-"""
 
 
 def _lake_sql(query: str) -> list[dict[str, Any]]:
@@ -78,14 +63,6 @@ def _days() -> list[date]:
     return [today - timedelta(days=n) for n in range(DAYS, 0, -1)]
 
 
-def _backfill(settings: Settings, days: list[date], reprocess: str) -> dict[str, str]:
-    client = AirflowClient(settings)
-    client.wait_for_dag(GOLD_DAG)
-    client.unpause(GOLD_DAG)
-    bf = client.backfill(GOLD_DAG, days[0], days[-1], reprocess=reprocess)
-    return client.wait_backfill(GOLD_DAG, int(bf["id"]), days, timeout=2400)
-
-
 def _versions() -> dict[str, int]:
     out = {}
     for table in ("dim_customers", "dim_products", *FACTS):
@@ -97,18 +74,10 @@ def _versions() -> dict[str, int]:
 def gold(stack: Settings) -> Iterator[Settings]:
     run_lake("connectors", "apply")
     run_lake("stream", "start")
-    # A seed whose id range is still free (the state dir may hold an earlier run's history).
-    for seed in range(101, 130):
-        proc = run_lake("loadgen", "history", "--days", str(DAYS), "--seed", str(seed), "--orders-per-day", "120",
-                        "--events-per-day", "1500", check=False, timeout=900)
-        if proc.returncode == 0:
-            break
-        assert proc.returncode == 2 and "make clean" in proc.stderr + proc.stdout, proc.stderr[-2000:]
-    else:
-        pytest.fail("no free history seed in 101..129")
+    write_history(DAYS, orders_per_day=120, events_per_day=1500, seeds=range(101, 130))
     waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
-    states = _backfill(stack, _days(), "completed")
+    states = gold_backfill(stack, _days(), "completed")
     assert set(states.values()) == {"success"}, states
     yield stack
 
@@ -159,7 +128,7 @@ def test_fct_orders_hold_exactly_postgres_orders_of_each_day(gold: Settings) -> 
 def test_reprocessing_backfill_rewrites_identical_rows(gold: Settings) -> None:
     days = _days()
     before = _versions()
-    states = _backfill(gold, days, "completed")
+    states = gold_backfill(gold, days, "completed")
     assert set(states.values()) == {"success"}, states
     after = _versions()
     # Every fact partition was written again; a dimension is rebuilt only when its bronze history or its
