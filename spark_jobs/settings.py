@@ -20,6 +20,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _LOCAL_MASTER = re.compile(r"^local(\[(\d+|\*)(,\d+)?\])?$")
 
 
+#: Spark applications a stack runs on its cluster at once: the streaming app, Spark Connect, Thrift, and one
+#: `lake` job (reconcile, bench, sql). A standalone master gives cores first come first served, so the cluster
+#: needs slots for all of them or the last one waits forever.
+CLUSTER_APPS = 4
+
 class SettingsError(ValueError):
     """A ``LAKE_*`` variable has a value we cannot use."""
 
@@ -126,6 +131,7 @@ class Settings:
     spark_cluster_worker_cores: int
     spark_cluster_worker_memory: str
     spark_cores_max: int  # cores one application takes on the cluster (the stream, Connect, Thrift, each job)
+
     metastore_port: int
     metastore_uri: str
     metastore_heap: str
@@ -306,7 +312,7 @@ _DEFAULTS: dict[str, str] = {
     "spark_cluster_master_port": "17077",
     "spark_cluster_webui_port": "18085",
     "spark_cluster_worker_port": "17080",
-    "spark_cluster_worker_cores": "2",
+    "spark_cluster_worker_cores": "4",
     "spark_cluster_worker_memory": "3g",
     "spark_cores_max": "2",
     "spark_shuffle_partitions": "4",
@@ -470,6 +476,14 @@ def _validate(s: Settings) -> None:
         raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKERS={s.spark_cluster_workers} must be >= 0 and "
                             f"LAKE_SPARK_CLUSTER_WORKER_CORES={s.spark_cluster_worker_cores}, LAKE_SPARK_CORES_MAX="
                             f"{s.spark_cores_max} >= 1")
+    slots, wanted = s.spark_cluster_workers * s.spark_cluster_worker_cores, CLUSTER_APPS * s.spark_cores_max
+    if s.spark_cluster_workers and slots < wanted:
+        raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKERS={s.spark_cluster_workers} x LAKE_SPARK_CLUSTER_WORKER_CORES="
+                            f"{s.spark_cluster_worker_cores} = {slots} core slots, but the stack runs {CLUSTER_APPS} "
+                            f"Spark applications at once (streaming app, Spark Connect, Thrift, one `lake` job) of "
+                            f"LAKE_SPARK_CORES_MAX={s.spark_cores_max} cores each ({wanted}): an application that "
+                            "gets no core waits forever. Raise LAKE_SPARK_CLUSTER_WORKER_CORES (slots, not CPUs: "
+                            "the OS shares the machine's cores) or lower LAKE_SPARK_CORES_MAX")
     if s.spark_cluster_workers and s.spark_master != cluster_master:
         raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKERS={s.spark_cluster_workers} starts a Spark cluster at "
                             f"{cluster_master}, but LAKE_SPARK_MASTER={s.spark_master!r}: set "

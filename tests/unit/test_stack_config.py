@@ -102,3 +102,7 @@ def test_a_spark_cluster_is_a_supervised_master_and_workers_on_lake_host(tmp_pat
     assert cluster.programs[1].command[-1] == "spark://127.0.0.4:17077"
     conf = public_spark_conf(s)
     assert conf["spark.cores.max"] == "2" and conf["spark.driver.host"] == "127.0.0.4"
+    # 2 workers x 3 slots cannot hold the stack's 4 applications of 2 cores: the last would wait forever.
+    with pytest.raises(SettingsError, match=r"6 core slots.*LAKE_SPARK_CLUSTER_WORKER_CORES"):
+        load_settings({**base, "LAKE_SPARK_CLUSTER_WORKERS": "2", "LAKE_SPARK_MASTER": "spark://127.0.0.4:17077",
+                       "LAKE_SPARK_CLUSTER_WORKER_CORES": "3"})
