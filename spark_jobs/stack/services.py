@@ -212,9 +212,11 @@ def driver_ports_conf(driver_port: int, block_manager_port: int) -> dict[str, st
     """Spark properties that put a long-running driver's RPC and block manager on ports from the settings.
 
     No retries on the next port up: a taken port is an error naming it, not a listener somewhere else.
+    The driver's own block manager only (``spark.driver.blockManager.port``): ``spark.blockManager.port`` would
+    also pin every executor of a cluster to that port, and on one machine they then fail to bind.
     """
-    return {"spark.driver.port": str(driver_port), "spark.blockManager.port": str(block_manager_port),
-            "spark.driver.blockManager.port": str(block_manager_port), "spark.port.maxRetries": "0"}
+    return {"spark.driver.port": str(driver_port), "spark.driver.blockManager.port": str(block_manager_port),
+            "spark.port.maxRetries": "0"}
 
 
 def stream_ports_conf(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:

@@ -329,7 +329,7 @@ def _random_log(rng: random.Random, keys: int, transactions: int) -> list[Record
     return log
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_random_runs_with_resends_end_as_postgresql(tmp_path: Path, spark: Any, seed: int) -> None:
     """Random logs cut into batches, with Connect-style re-sends (a contiguous run of the log again):
     silver ends equal to the table the log leaves in PostgreSQL."""
@@ -338,7 +338,7 @@ def test_random_runs_with_resends_end_as_postgresql(tmp_path: Path, spark: Any, 
     lake = Lake(tmp_path / "lake", spark)
     at = 0
     while at < len(log):
-        end = min(len(log), at + rng.randint(1, 12))
+        end = min(len(log), at + rng.randint(1, 24))  # each batch is a local MERGE (~4 s): few, varied batches
         batch = log[at:end]
         if at and rng.random() < 0.3:  # a re-send: Connect restarts from an older offset
             batch = log[max(0, at - rng.randint(1, 8)):end]

@@ -85,7 +85,8 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
             ("thrift", settings.thrift_driver_port, settings.thrift_block_manager_port),
             ("spark-connect", settings.spark_connect_driver_port, settings.spark_connect_block_manager_port)):
         cmd = " ".join(by_name[name].command)
-        assert f"spark.driver.port={driver}" in cmd and f"spark.blockManager.port={block_manager}" in cmd
+        assert f"spark.driver.port={driver}" in cmd and f"spark.driver.blockManager.port={block_manager}" in cmd
+        assert "spark.blockManager.port" not in cmd  # it would pin a cluster's executors to the same port
         assert "spark.port.maxRetries=0" in cmd
     values = template_values(settings)
     root = Path(services.TEMPLATES)
@@ -102,7 +103,8 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
 def test_only_the_supervised_stream_takes_the_stream_ports(settings: Settings) -> None:
     conf = services.stream_ports_conf(settings, {"SUPERVISOR_PROCESS_NAME": "stream"})
     assert conf["spark.driver.port"] == str(settings.stream_driver_port)
-    assert conf["spark.blockManager.port"] == str(settings.stream_block_manager_port)
+    assert conf["spark.driver.blockManager.port"] == str(settings.stream_block_manager_port)
+    assert "spark.blockManager.port" not in conf
     assert services.stream_ports_conf(settings, {}) == {}  # `lake stream run` beside it: random ports
 
 
