@@ -52,6 +52,13 @@ DELTA_CONF: dict[str, str] = {
 }
 
 
+#: Compiled code kept for reuse (a static conf: set before the session starts). One CDC MERGE batch needs ~97
+#: generated classes, the same every batch; with Spark's default cache of 100 entries the streaming app's
+#: queries (four CDC tables, events) and the gold tasks evicted each other's and recompiled all of them every
+#: batch (Janino: ~3-4 s of a ~20 s MERGE batch here, 0 after warm-up with this cache; docs/benchmarks.md).
+CODEGEN_CONF: dict[str, str] = {"spark.sql.codegen.cache.maxEntries": "2000"}
+
+
 def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
     """Spark properties for a Lakestream process (secrets included: keep private)."""
     conf: dict[str, str] = {
@@ -65,6 +72,7 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         **DELTA_CONF,
+        **CODEGEN_CONF,
         # Shared catalog: the Hive metastore service of the stack (or a cluster's).
         "spark.sql.catalogImplementation": "hive",
         "spark.hadoop.hive.metastore.uris": settings.metastore_uri,

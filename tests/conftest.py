@@ -24,7 +24,7 @@ def spark() -> Iterator[Any]:
     """One local Spark with Delta for unit tests (no catalog, no lake: local paths only)."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.session import DELTA_CONF
+    from spark_jobs.session import CODEGEN_CONF, DELTA_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers (mapInArrow) need the venv's packages
 
@@ -33,6 +33,7 @@ def spark() -> Iterator[Any]:
         .appName("lakestream-unit")
         .config("spark.jars", _delta_jars())
         .config(map=DELTA_CONF)
+        .config(map=CODEGEN_CONF)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")

@@ -373,3 +373,20 @@ def test_newest_change_with_a_backtick_in_a_toastable_column_name(spark: Any) ->
     got = newest_changes(frame, columns, ["id"], ["we`ird"], None).collect()
     assert [(r["id"], r["we`ird"], r["_op"]) for r in got] == [(1, "long", "u")]
 
+
+
+def test_a_repeated_batch_reuses_its_compiled_code(lake: Lake) -> None:
+    """Every batch of a table runs the same plans: once warm, a batch compiles no code (session.CODEGEN_CONF; with
+    Spark's default cache of 100 classes one MERGE batch, ~97 classes, recompiled nearly all of them)."""
+    metrics = lake.spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def batch(status: str, lsn: int) -> list[Record]:
+        return [change("u", {"id": k}, after=row(k, status), commit=lsn, lsn=lsn + k) for k in range(5)]
+
+    lake.apply([change("c", {"id": k}, after=row(k), commit=100, lsn=100 + k) for k in range(5)])
+    lake.apply(batch("paid", 200))
+    lake.apply(batch("shipped", 300))
+    before = metrics.METRIC_COMPILATION_TIME().getCount()
+    lake.apply(batch("paid", 400))
+    assert metrics.METRIC_COMPILATION_TIME().getCount() == before
+    assert {r[1] for r in lake.rows()} == {"paid"}
