@@ -28,12 +28,12 @@ def spark() -> Iterator[Any]:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers (mapInArrow) need the venv's packages
 
+    conf: dict[str, Any] = {**DELTA_CONF, **CODEGEN_CONF}  # pyspark's stub wants dict[str, OptionalPrimitive]
     session = (
         SparkSession.builder.master("local[2]")
         .appName("lakestream-unit")
         .config("spark.jars", _delta_jars())
-        .config(map=DELTA_CONF)
-        .config(map=CODEGEN_CONF)
+        .config(map=conf)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")

@@ -186,7 +186,8 @@ def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: S
              .trigger(availableNow=True).start())
     query.awaitTermination(300)
     assert query.exception() is None, query.exception()
-    assert spark.sql(f"SELECT count(*) FROM {name} WHERE _change_type = 'update_postimage'").first()[0] >= 1
+    feed = spark.sql(f"SELECT count(*) FROM {name} WHERE _change_type = 'update_postimage'").first()
+    assert feed is not None and feed[0] >= 1
     # The deltalake package reads the same table (deletion vectors included).
     # delta-rs's DataFusion scan applies deletion vectors (its plain to_pyarrow_table refuses such tables).
     table = DeltaTable(table_uri(cdc, "silver.customers"), storage_options=storage_options(cdc))
