@@ -21,9 +21,12 @@ _LOCAL_MASTER = re.compile(r"^local(\[(\d+|\*)(,\d+)?\])?$")
 
 
 #: Spark applications a stack runs on its cluster at once: the streaming app, Spark Connect, Thrift, and one
-#: `lake` job (reconcile, bench, sql). A standalone master gives cores first come first served, so the cluster
-#: needs slots for all of them or the last one waits forever.
+#: `lake` job (reconcile, bench, sql). A standalone master gives cores and memory first come first served, so the
+#: cluster needs room for all of them or the last one waits forever.
 CLUSTER_APPS = 4
+#: Memory of one executor (Spark's default ``spark.executor.memory``), in MB; an application spreads over the
+#: workers, so each worker may hold one executor of every application.
+EXECUTOR_MEMORY_MB = 1024
 
 class SettingsError(ValueError):
     """A ``LAKE_*`` variable has a value we cannot use."""
@@ -56,6 +59,14 @@ def _int(name: str, raw: str) -> int:
         return int(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not an integer; fix it in the environment or .env") from None
+
+
+def _megabytes(name: str, raw: str) -> int:
+    """A JVM-style size (``512m``, ``6g``) in MB."""
+    m = re.fullmatch(r"(\d+)([mMgG])", raw.strip())
+    if not m:
+        raise SettingsError(f"{name}={raw!r} is not a size like 512m or 6g; fix it in the environment or .env")
+    return int(m.group(1)) * (1024 if m.group(2) in "gG" else 1)
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -313,7 +324,7 @@ _DEFAULTS: dict[str, str] = {
     "spark_cluster_webui_port": "18085",
     "spark_cluster_worker_port": "17080",
     "spark_cluster_worker_cores": "4",
-    "spark_cluster_worker_memory": "3g",
+    "spark_cluster_worker_memory": "6g",
     "spark_cores_max": "2",
     "spark_shuffle_partitions": "4",
     "metastore_port": "19083",
@@ -484,6 +495,12 @@ def _validate(s: Settings) -> None:
                             f"LAKE_SPARK_CORES_MAX={s.spark_cores_max} cores each ({wanted}): an application that "
                             "gets no core waits forever. Raise LAKE_SPARK_CLUSTER_WORKER_CORES (slots, not CPUs: "
                             "the OS shares the machine's cores) or lower LAKE_SPARK_CORES_MAX")
+    worker_mb = _megabytes("LAKE_SPARK_CLUSTER_WORKER_MEMORY", s.spark_cluster_worker_memory)
+    if s.spark_cluster_workers and worker_mb < CLUSTER_APPS * EXECUTOR_MEMORY_MB:
+        raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKER_MEMORY={s.spark_cluster_worker_memory} holds fewer than "
+                            f"{CLUSTER_APPS} executors of {EXECUTOR_MEMORY_MB} MB (streaming app, Spark Connect, "
+                            "Thrift, one `lake` job, each with an executor on every worker): the last application "
+                            f"would wait forever; set it to at least {CLUSTER_APPS * EXECUTOR_MEMORY_MB // 1024}g")
     if s.spark_cluster_workers and s.spark_master != cluster_master:
         raise SettingsError(f"LAKE_SPARK_CLUSTER_WORKERS={s.spark_cluster_workers} starts a Spark cluster at "
                             f"{cluster_master}, but LAKE_SPARK_MASTER={s.spark_master!r}: set "

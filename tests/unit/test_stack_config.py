@@ -106,3 +106,7 @@ def test_a_spark_cluster_is_a_supervised_master_and_workers_on_lake_host(tmp_pat
     with pytest.raises(SettingsError, match=r"6 core slots.*LAKE_SPARK_CLUSTER_WORKER_CORES"):
         load_settings({**base, "LAKE_SPARK_CLUSTER_WORKERS": "2", "LAKE_SPARK_MASTER": "spark://127.0.0.4:17077",
                        "LAKE_SPARK_CLUSTER_WORKER_CORES": "3"})
+    # 3g per worker held three 1 GB executors: `lake sql` waited forever beside the stream, Connect and Thrift.
+    with pytest.raises(SettingsError, match=r"LAKE_SPARK_CLUSTER_WORKER_MEMORY=3g .* at least 4g"):
+        load_settings({**base, "LAKE_SPARK_CLUSTER_WORKERS": "2", "LAKE_SPARK_MASTER": "spark://127.0.0.4:17077",
+                       "LAKE_SPARK_CLUSTER_WORKER_MEMORY": "3g"})
