@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spark_jobs.contracts.tables import TABLES
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -33,8 +35,10 @@ if TYPE_CHECKING:
 
 #: Build order: the facts read the dimensions, daily sales reads fct_orders.
 STEPS = ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")
-#: The date column each partitioned table is replaced on (dimensions are not partitioned).
-PARTITION = {"fct_orders": "order_date", "fct_daily_sales": "order_date", "fct_daily_funnel": "event_date"}
+#: The date column each fact is partitioned and replaced on (the table registry, spark_jobs/contracts/tables.py;
+#: dimensions are not partitioned).
+PARTITION = {t.name.removeprefix("gold."): t.partitioned_by[0] for t in TABLES.values()
+             if t.name.startswith("gold.") and t.partitioned_by}
 
 
 class IntervalError(ValueError):

@@ -45,7 +45,6 @@ from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import POSITION_COLUMNS, added_columns, quote_ident
 from spark_jobs.streaming.common import (
-    AUTO_COMPACT,
     Maintenance,
     bronze_schema,
     create_table,
@@ -66,9 +65,8 @@ QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
 #: ``silver.<t>``: deletion vectors (an update or delete marks rows instead of rewriting their file) and the
 #: change data feed (``table_changes``; ``lake bench cdc`` reads each change's commit time from it).
-SILVER_PROPS = {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true", **AUTO_COMPACT}
 
-__all__ = ["QUERY", "SILVER_PROPS", "TOPIC_PATTERN", "CdcApp", "source_column_types", "spark_type_for"]
+__all__ = ["QUERY", "TOPIC_PATTERN", "CdcApp", "source_column_types", "spark_type_for"]
 
 
 def spark_type_for(data_type: str, precision: int | None, scale: int | None) -> str:
@@ -140,15 +138,15 @@ class CdcApp:
                       "_change_lsn": LongType(), "_source_ts": TimestampType(), "_extra": StringType()}
         for contract in CDC_TABLES.values():
             self._refuse_old_layout(contract)
-            create_table(self.spark, self.settings, contract.bronze, bronze_schema(), ["ingest_date"], AUTO_COMPACT)
+            create_table(self.spark, self.settings, contract.bronze, bronze_schema())
             silver_schema = StructType([*contract.schema.fields,
                                         *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])
-            create_table(self.spark, self.settings, contract.silver, silver_schema, props=SILVER_PROPS)
+            create_table(self.spark, self.settings, contract.silver, silver_schema)
             deleted_schema = StructType([*[contract.schema[k] for k in contract.keys],
                                          *[StructField(c, meta_types[c]) for c in POSITION_COLUMNS]])
             # Delete markers: append-only (no MERGE), so no table properties needed.
-            create_table(self.spark, self.settings, contract.deleted, deleted_schema, props=AUTO_COMPACT)
-        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema(), props=AUTO_COMPACT)
+            create_table(self.spark, self.settings, contract.deleted, deleted_schema)
+        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
 
     def _refuse_old_layout(self, contract: CdcTable) -> None:
         """Stop, naming the fix, on a ``silver.<t>`` view (the merge-on-read layout before silver was a table)."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.contracts.tables import lake_table
 from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
 
@@ -69,31 +70,24 @@ def quarantine_schema() -> StructType:
     ])
 
 
-#: Every table the streaming app writes through Spark gets Delta's auto compaction: after a commit that leaves
-#: at least ``spark.databricks.delta.autoCompact.minNumFiles`` (50) small files in the partitions it touched,
-#: the same job bin-packs those partitions (history: OPTIMIZE, auto=true). Its cost is bounded by those 50
-#: small files, whatever the table's size, and it runs in the writer, so there is no second writer and no
-#: scheduled rewrite of the whole table (the hourly OPTIMIZE it replaces took minutes, docs/benchmarks.md).
-AUTO_COMPACT = {"delta.autoOptimize.autoCompact": "true"}
-
-
-def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
-                 partitions: list[str] | None = None, props: dict[str, str] | None = None) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, with ``props`` (set on a table
-    that exists without them, e.g. one created by an older version)."""
+def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, partitioned and with the properties
+    the table registry (:mod:`spark_jobs.contracts.tables`) declares; properties missing on a table that exists
+    (one created by an older version) are set."""
     from delta.tables import DeltaTable
 
+    entry = lake_table(name)
     builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
                .location(table_location(settings, name)))
-    if partitions:
-        builder = builder.partitionedBy(*partitions)
-    for k, v in (props or {}).items():
+    if entry.partitioned_by:
+        builder = builder.partitionedBy(*entry.partitioned_by)
+    for k, v in entry.properties.items():
         builder = builder.property(k, v)
     builder.execute()
-    if props:
+    if entry.properties:
         detail = DeltaTable.forName(spark, name).detail().select("properties").head()
         current = (detail[0] if detail else None) or {}
-        missing = {k: v for k, v in props.items() if current.get(k) != v}
+        missing = {k: v for k, v in entry.properties.items() if current.get(k) != v}
         if missing:
             spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ("
                       + ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items())) + ")")
@@ -161,7 +155,7 @@ class Maintenance:
 
     The streaming app is the single writer of its tables (DESIGN.md), so their
     clean-up runs in the same driver, between batches, never from a second one.
-    Compaction is not here: Delta's auto compaction (:data:`AUTO_COMPACT`) runs
+    Compaction is not here: Delta's auto compaction (``contracts.tables.AUTO_COMPACT``) runs
     in the writes themselves. ``run_if_due`` is called after each batch; every
     ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it vacuums ``tables`` in
     Delta's LITE mode, which finds the removed files in the transaction log

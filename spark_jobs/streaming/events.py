@@ -65,7 +65,6 @@ from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
 from spark_jobs.silver.events import check_events, checked_schema, valid_events
 from spark_jobs.streaming.common import (
-    AUTO_COMPACT,
     Maintenance,
     bronze_schema,
     create_table,
@@ -86,10 +85,6 @@ BRONZE = "bronze.events__clickstream"
 SILVER = "silver.events"
 QUARANTINE = "quarantine.events"
 LEDGER = "ops.stream_events_ledger"
-#: Hot tables get a version per batch: keep removed files 1 hour (readers of older versions, time travel)
-#: and the log 1 day, instead of Delta's 7 and 30 days (~86,400 versions a day at one batch a second).
-HOT_TABLE_PROPERTIES = {"delta.deletedFileRetentionDuration": "interval 1 hours",
-                        "delta.logRetentionDuration": "interval 1 days"}
 #: How often the driver compacts and vacuums the hot tables (each batch's MERGE adds a small file).
 HOT_MAINTENANCE_SECONDS = 600
 #: Batches of at least this many records (a backlog) get a progress line with their step times in the log.
@@ -196,16 +191,16 @@ class EventsApp:
 
         for db in ("bronze", "silver", "hot", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
-        create_table(self.spark, self.settings, BRONZE, bronze_schema(), ["ingest_date"], AUTO_COMPACT)
+        create_table(self.spark, self.settings, BRONZE, bronze_schema())
         empty = self.spark.createDataFrame([], StructType([*checked_schema().fields,
                                                            StructField("ingest_time", bronze_schema()["ingest_time"]
                                                                        .dataType)]))
         silver = StructType([*valid_events(empty).schema.fields, StructField("_late", BooleanType()),
                              StructField("_batch_id", LongType())])
-        create_table(self.spark, self.settings, SILVER, _nullable(silver), ["event_date"], AUTO_COMPACT)
-        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema(), props=AUTO_COMPACT)
+        create_table(self.spark, self.settings, SILVER, _nullable(silver))
+        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
         for view in HOT_VIEWS:
-            create_table(self.spark, self.settings, view.table, hot_schema(view), props=HOT_TABLE_PROPERTIES)
+            create_table(self.spark, self.settings, view.table, hot_schema(view))
             self.hot_tables[view.table] = DriverTable(self.settings, view.table)
         create_table(self.spark, self.settings, LEDGER, ledger_schema())
         self.ledger = DriverTable(self.settings, LEDGER)

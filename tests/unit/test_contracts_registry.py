@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from spark_jobs.connectors import CONNECTORS_DIR, load_connector
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import load_settings
@@ -131,3 +133,33 @@ def test_history_plan_writes_only_contract_tables_and_columns() -> None:
                 assert required <= set(change.values) | set(change.key), change
             tables.add(change.table)
     assert tables == set(contracts)
+
+
+def test_every_table_the_code_writes_is_in_the_registry_once() -> None:
+    from spark_jobs.contracts.tables import TABLES, lake_table
+    from spark_jobs.hot.events import HOT_VIEWS
+    from spark_jobs.jobs import gold, smoke
+    from spark_jobs.quality.store import RESULTS_TABLE, quarantine_table
+    from spark_jobs.streaming import cdc, events
+
+    written = {events.BRONZE, events.SILVER, events.QUARANTINE, events.LEDGER, cdc.QUARANTINE, RESULTS_TABLE,
+               smoke.TABLE, *(v.table for v in HOT_VIEWS), *(f"gold.{s}" for s in gold.STEPS),
+               *(n for c in CDC_TABLES.values() for n in (c.bronze, c.silver, c.deleted))}
+    assert written == set(TABLES), (sorted(written - set(TABLES)), sorted(set(TABLES) - written))
+    for entry in TABLES.values():
+        assert entry.grain and entry.writer and entry.keys, entry
+    # Facts are replaced per day on their registered date column; dimensions are whole-table rebuilds.
+    assert gold.PARTITION == {"fct_orders": "order_date", "fct_daily_sales": "order_date",
+                              "fct_daily_funnel": "event_date"}
+    assert lake_table(quarantine_table("gold.fct_orders")).writer.startswith("data-quality gate")
+    with pytest.raises(KeyError, match=r"silver\.nope is not in the table registry \(spark_jobs/contracts/tables\.py\)"):
+        lake_table("silver.nope")
+
+
+def test_silver_tables_have_deletion_vectors_and_the_change_feed() -> None:
+    from spark_jobs.contracts.tables import TABLES
+
+    for contract in CDC_TABLES.values():
+        props = TABLES[contract.silver].properties
+        assert props["delta.enableDeletionVectors"] == props["delta.enableChangeDataFeed"] == "true"
+        assert TABLES[contract.silver].keys == contract.keys

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.streaming.common import AUTO_COMPACT, Maintenance, create_table
+from spark_jobs.contracts.tables import AUTO_COMPACT, LakeTable
+from spark_jobs.streaming.common import Maintenance, create_table
 
 
 class RecordingSpark:
@@ -82,8 +83,13 @@ def test_auto_compaction_and_vacuum_lite_on_real_tables(spark: Any, tmp_path: Pa
 
     monkeypatch.setattr("spark_jobs.streaming.common.table_location", lambda settings, name: str(tmp_path / name))
     schema = StructType([StructField("id", LongType()), StructField("d", DateType())])
-    create_table(spark, None, "default.upkeep_t", schema, ["d"])  # type: ignore[arg-type]
-    create_table(spark, None, "default.upkeep_t", schema, ["d"], AUTO_COMPACT)  # type: ignore[arg-type]
+    registry = {"default.upkeep_t": LakeTable("default.upkeep_t", "test", "test", partitioned_by=("d",))}
+    monkeypatch.setattr("spark_jobs.streaming.common.lake_table", registry.__getitem__)
+    create_table(spark, None, "default.upkeep_t", schema)  # type: ignore[arg-type]
+    # The registry now declares auto compaction: create_table sets it on the table that exists.
+    registry["default.upkeep_t"] = LakeTable("default.upkeep_t", "test", "test", partitioned_by=("d",),
+                                             properties=AUTO_COMPACT)
+    create_table(spark, None, "default.upkeep_t", schema)  # type: ignore[arg-type]
     props = spark.sql("SHOW TBLPROPERTIES default.upkeep_t").collect()
     assert {r.key: r.value for r in props}.get("delta.autoOptimize.autoCompact") == "true"
     spark.sql("ALTER TABLE default.upkeep_t SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 0 hours')")

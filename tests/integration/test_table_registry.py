@@ -1,0 +1,53 @@
+"""The lake on a running stack matches the table registry (spark_jobs/contracts/tables.py): every Delta table
+under the warehouse is declared there, with the declared partition columns and properties (read from each
+table's Delta log with the deltalake package: no Spark application needed)."""
+
+from __future__ import annotations
+
+from deltalake import DeltaTable
+
+from spark_jobs.contracts.tables import TABLES, lake_table
+from spark_jobs.driver_delta import storage_options, table_uri
+from spark_jobs.io import LAYERS
+from spark_jobs.settings import Settings
+from spark_jobs.stack.health import s3_client
+from tests.integration.conftest import run_lake
+
+
+def _lake_tables(settings: Settings) -> set[str]:
+    """``<layer>.<table>`` for every directory under the warehouse that holds a Delta log."""
+    s3 = s3_client(settings)
+    prefix = settings.warehouse_uri.removeprefix(f"s3a://{settings.s3_bucket}/").rstrip("/") + "/"
+    found = set()
+    for layer in LAYERS:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=settings.s3_bucket, Prefix=f"{prefix}{layer}/",
+                                                             Delimiter="/")
+        for page in pages:
+            for entry in page.get("CommonPrefixes", []):
+                table = entry["Prefix"].rstrip("/").rsplit("/", 1)[1]
+                log = s3.list_objects_v2(Bucket=settings.s3_bucket, Prefix=f"{entry['Prefix']}_delta_log/", MaxKeys=1)
+                if log.get("KeyCount", 0):
+                    found.add(f"{layer}.{table}")
+    return found
+
+
+def test_every_lake_table_is_declared_with_its_layout(stack: Settings) -> None:
+    run_lake("connectors", "apply")
+    run_lake("stream", "start")
+    waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    found = _lake_tables(stack)
+    streaming = {t.name for t in TABLES.values() if "streaming app" in t.writer}
+    assert streaming <= found, f"the streaming app's tables missing from the lake: {sorted(streaming - found)}"
+    undeclared = []
+    for name in sorted(found):
+        try:
+            entry = lake_table(name)
+        except KeyError:
+            undeclared.append(name)
+            continue
+        meta = DeltaTable(table_uri(stack, name), storage_options=storage_options(stack)).metadata()
+        assert tuple(meta.partition_columns) == entry.partitioned_by, (name, meta.partition_columns)
+        missing = {k: v for k, v in entry.properties.items() if meta.configuration.get(k) != v}
+        assert not missing, f"{name}: properties {missing} declared but not set ({meta.configuration})"
+    assert not undeclared, f"tables in the lake but not in spark_jobs/contracts/tables.py: {undeclared}"
