@@ -4,6 +4,8 @@ table's Delta log with the deltalake package: no Spark application needed)."""
 
 from __future__ import annotations
 
+import time
+
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import TABLES, lake_table
@@ -36,9 +38,12 @@ def test_every_lake_table_is_declared_with_its_layout(stack: Settings) -> None:
     run_lake("stream", "start")
     waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
-    found = _lake_tables(stack)
+    # The queries create their tables as they start; on a fresh stack the events query may still be starting.
     streaming = {t.name for t in TABLES.values() if "streaming app" in t.writer}
-    assert streaming <= found, f"the streaming app's tables missing from the lake: {sorted(streaming - found)}"
+    deadline = time.monotonic() + 300
+    while not streaming <= (found := _lake_tables(stack)):
+        assert time.monotonic() < deadline, f"the streaming app's tables missing from the lake: {sorted(streaming - found)}"
+        time.sleep(5)
     undeclared = []
     for name in sorted(found):
         try:
