@@ -102,8 +102,3 @@ def lake_table(name: str) -> LakeTable:
     raise KeyError(f"{name} is not in the table registry (spark_jobs/contracts/tables.py): declare it there "
                    "with its grain, keys, partitioning, properties and writer")
 
-
-def partition_column(name: str) -> str | None:
-    """The one partition column of a date-partitioned table, or None."""
-    cols = lake_table(name).partitioned_by
-    return cols[0] if cols else None
