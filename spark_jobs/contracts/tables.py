@@ -101,4 +101,3 @@ def lake_table(name: str) -> LakeTable:
         return LakeTable(name, "one row per row a data-quality gate held back", DQ_GATE)
     raise KeyError(f"{name} is not in the table registry (spark_jobs/contracts/tables.py): declare it there "
                    "with its grain, keys, partitioning, properties and writer")
-
