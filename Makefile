@@ -11,7 +11,7 @@ help:
 	@echo "make up      start the local stack (PostgreSQL, MinIO, Kafka, Connect, metastore, Thrift, Spark Connect, Data Docs, Airflow)"
 	@echo "make down    stop the stack; leaves no process behind"
 	@echo "make demo    setup + up + the product tour: CDC + events in, 7 days of history, gold backfill via Airflow, summary"
-	@echo "make test    setup + up + unit, DAG and integration tests against the real stack + down"
+	@echo "make test    setup + unit and DAG tests, then up + integration tests against the real stack + down"
 	@echo "make test-cluster  the CDC, events and cluster tests on a Spark standalone cluster (own stack in .lake-cluster)"
 	@echo "make lint    ruff + mypy"
 
@@ -37,12 +37,16 @@ lint:
 test-unit:
 	$(PY) -m pytest tests/unit tests/dags
 
-# Full suite against the real stack; the stack is stopped afterwards either way.
+# Full suite. Unit + DAG tests first, with no stack running (an idle stack's JVMs and Airflow made them
+# take 12 min instead of 6.5 on our 2 cores), then the integration tests against the real stack, which is
+# stopped afterwards either way. Both parts always run; either failing fails the target.
 test: setup
-	@set -o pipefail; rc=0; \
+	@set -o pipefail; unit=0; rc=0; \
+	$(PY) -m pytest -v --durations=15 tests/unit tests/dags || unit=$$?; \
 	$(LAKE) stack up || rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 tests || rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 tests/integration || rc=$$?; fi; \
 	$(LAKE) stack down || true; \
+	if [ $$rc -eq 0 ]; then rc=$$unit; fi; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \
 	exit $$rc
 
