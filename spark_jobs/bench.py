@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
-from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
+from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings
 
 
@@ -245,10 +245,10 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     driver.start()
     first_start = _first_batch_start(settings, batch_before, 900)
     driver_pid = driver.pid()
-    cpu0 = cpu_snapshot(driver_pid) if driver_pid else None
+    cpu0 = cpu_snapshot(driver_pid, stream_executors_of(settings)) if driver_pid else None
     ok2 = stream_control.wait(settings, 3600)
     drain_s = time.monotonic() - t1
-    cpu = {"cpu": cpu_split(cpu0, cpu_snapshot(driver_pid))} if cpu0 and driver_pid else {}
+    cpu = {"cpu": cpu_split(cpu0, cpu_snapshot(driver_pid, stream_executors_of(settings)))} if cpu0 and driver_pid else {}
     driver.stop()
     # The backlog is applied when the last silver commit holding it lands: with the loadgen stopped, no
     # later change reaches silver (heartbeat-only batches commit no silver version), so that is the

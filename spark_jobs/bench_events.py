@@ -37,7 +37,7 @@ from typing import Any
 
 from spark_jobs import stream_control
 from spark_jobs.bench import _percentile
-from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
+from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
 
@@ -155,7 +155,7 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
             f.seek(log_from)
             if FIRST_BATCH_MARKER.encode() in f.read():
                 pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
-                return cpu_snapshot(int(pid)) if pid else {}
+                return cpu_snapshot(int(pid), stream_executors_of(settings)) if pid else {}
         time.sleep(0.1)
     return {}
 
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         wall = time.monotonic() - t0
         pid = int((supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid") or 0)
-        cpu = cpu_split(cpu_before, cpu_snapshot(pid)) if cpu_before else None
+        cpu = cpu_split(cpu_before, cpu_snapshot(pid, stream_executors_of(settings))) if cpu_before else None
         rows = _ledger_rows(spark, ranges)
         rates = _rates(rows)
         rate = float(rates["landed_per_s"] or "nan")

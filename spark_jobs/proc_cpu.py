@@ -3,14 +3,18 @@
 The benches report the driver's share of the CPU during catch-up (issue 19: goal <= 10%):
 :func:`cpu_snapshot` before and after, :func:`cpu_split` of the two. In ``local[*]`` the driver JVM also
 runs the tasks, so its threads are told apart by name; GC/JIT/VM threads serve both sides and are
-reported apart (``jvm_shared``), as are threads that exited in between.
+reported apart (``jvm_shared``), as are threads that exited in between. On a standalone cluster the
+executors' JVMs are separate processes, found by the driver URL in their command line.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_jobs.settings import Settings
 
 #: JVM thread names (``/proc/<pid>/task/<tid>/comm``, 15 characters) of work done for Spark tasks: task threads,
 #: the Python runner's writer threads feeding the Python workers, RocksDB's and the state store's background
@@ -47,7 +51,46 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def cpu_snapshot(driver_pid: int) -> dict[str, tuple[str, int]]:
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def cluster_executors(app: str) -> list[int]:
+    """Pids of the executor JVMs a standalone cluster's workers run for one application: ``app`` is its
+    application id or its driver's RPC URL (``spark://CoarseGrainedScheduler@host:port``), both in their argv."""
+    wanted = app.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            argv = _cmdline(int(entry.name)).split(b"\0")
+            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and wanted in argv:
+                pids.append(int(entry.name))
+    return pids
+
+
+def stream_executors_of(settings: Settings) -> str | None:
+    """The streaming driver's RPC URL when it runs on a standalone cluster (its executors are other processes),
+    else None (``local[*]``: the tasks run in the driver's JVM)."""
+    if not settings.spark_master.startswith("spark://"):
+        return None
+    return f"spark://CoarseGrainedScheduler@{settings.host}:{settings.stream_driver_port}"
+
+
+def _tree(out: dict[str, tuple[str, int]], root: int, bucket: str) -> None:
+    """Every process under ``root`` (Python workers), with their reaped children, into ``bucket``."""
+    todo = _children(root)
+    while todo:
+        pid = todo.pop()
+        pstat = _stat(Path(f"/proc/{pid}/stat"))
+        if pstat is not None:
+            out[f"pid:{pid}"] = (bucket, _ticks(pstat[1], children=True))
+            todo.extend(_children(pid))
+
+
+def cpu_snapshot(driver_pid: int, executors_of: str | None = None) -> dict[str, tuple[str, int]]:
     """CPU ticks of the streaming app now: ``{entity: (bucket, ticks)}``.
 
     Entities: the driver Python process (bucket ``driver_python``); each thread
@@ -56,7 +99,9 @@ def cpu_snapshot(driver_pid: int) -> dict[str, tuple[str, int]]:
     the streaming query's thread, Delta's commit code); the JVM's own total
     (``jvm_total``, which keeps the CPU of threads that already exited); every
     process under the JVM (Spark's Python workers: ``executor``, with their
-    reaped children).
+    reaped children). With ``executors_of`` (the driver's RPC URL, on a standalone cluster) also the executor
+    JVMs the workers run for it, whole (``executor``: every thread of an executor JVM, GC included, works for
+    tasks) with their Python workers.
     """
     out: dict[str, tuple[str, int]] = {}
     driver = _stat(Path(f"/proc/{driver_pid}/stat"))
@@ -76,14 +121,23 @@ def cpu_snapshot(driver_pid: int) -> dict[str, tuple[str, int]]:
             bucket = ("executor" if name.startswith(EXECUTOR_THREADS)
                       else "jvm_shared" if name.startswith(SHARED_THREADS) else "driver_jvm")
             out[f"tid:{task.name}"] = (bucket, _ticks(tstat[1]))
-        todo = _children(jvm)
-        while todo:
-            pid = todo.pop()
-            pstat = _stat(Path(f"/proc/{pid}/stat"))
-            if pstat is not None:
-                out[f"pid:{pid}"] = ("executor", _ticks(pstat[1], children=True))
-                todo.extend(_children(pid))
+        _tree(out, jvm, "executor")
+    for pid in cluster_executors(executors_of) if executors_of else []:
+        stat = _stat(Path(f"/proc/{pid}/stat"))
+        if stat is not None:
+            out[f"exec:{pid}"] = ("executor", _ticks(stat[1]))
+            _tree(out, pid, "executor")
     return out
+
+
+def process_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        stat = _stat(Path(f"/proc/{pid}/stat"))
+        if stat is not None:
+            total += _ticks(stat[1])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_split(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]) -> dict[str, Any]:

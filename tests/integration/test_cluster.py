@@ -15,12 +15,12 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg2
 import pytest
 
 from spark_jobs.loadgen.cdc.runner import run as run_loadgen
+from spark_jobs.proc_cpu import cluster_executors, process_cpu_seconds
 from spark_jobs.settings import Settings, load_settings
 from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, wait_and_verify_cdc, write_history
 
@@ -42,21 +42,6 @@ def _master_state(settings: Settings) -> dict:  # type: ignore[type-arg]
     return state
 
 
-def _executors(app_id: str) -> list[int]:
-    """Pids of the executor JVMs the workers started for ``app_id``."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and app_id.encode() in argv:
-            pids.append(int(proc.name))
-    return pids
-
-
 def _app(settings: Settings, name: str, timeout: float = 300) -> dict:  # type: ignore[type-arg]
     deadline = time.monotonic() + timeout
     while True:
@@ -73,7 +58,7 @@ def test_apps_run_their_tasks_on_the_cluster(cluster: Settings) -> None:
     assert len([w for w in state["workers"] if w["state"] == "ALIVE"]) == cluster.spark_cluster_workers, state
     for name in ("lake-stream", "lake-spark-connect"):
         app = _app(cluster, name)
-        assert _executors(app["id"]), f"{name} ({app['id']}) has no executor process"
+        assert cluster_executors(app["id"]), f"{name} ({app['id']}) has no executor process"
     wait_and_verify_cdc()
 
 
@@ -83,41 +68,29 @@ def test_executor_sigkilled_during_load_loses_nothing(cluster: Settings) -> None
                                                         "seed": 91}, daemon=True)
     load.start()
     time.sleep(random.Random(91).uniform(8, 15))
-    pids = _executors(app["id"])
+    pids = cluster_executors(app["id"])
     assert pids, f"no executor of {app['id']} to kill"
     os.kill(pids[0], signal.SIGKILL)
     load.join()
     # The master starts a replacement executor; the lost tasks are re-run (the batch's cached records are
     # recomputed from Kafka), and every write of the batch is idempotent or position-guarded.
     wait_and_verify_cdc()
-    assert _executors(_app(cluster, "lake-stream")["id"]), "no executor after the kill"
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` (fields 14 and 15 of /proc/<pid>/stat)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    assert cluster_executors(_app(cluster, "lake-stream")["id"]), "no executor after the kill"
 
 
 def test_gold_backfill_runs_on_the_cluster_and_equals_postgres(cluster: Settings) -> None:
     """The Airflow gold tasks, unchanged, on the cluster: their Spark Connect server's executors do the work,
     and the days' ``gold.fct_daily_sales`` equal PostgreSQL's figures."""
     connect = _app(cluster, "lake-spark-connect")
-    executors = _executors(connect["id"])
+    executors = cluster_executors(connect["id"])
     assert executors, f"lake-spark-connect ({connect['id']}) has no executor process"
     write_history(2, orders_per_day=60, events_per_day=300, seeds=range(301, 330))
     wait_and_verify_cdc()
     today = datetime.now(UTC).date()
     days = [today - timedelta(days=2), today - timedelta(days=1)]
-    before = _cpu_seconds(executors)
+    before = process_cpu_seconds(executors)
     states = gold_backfill(cluster, days, "completed")
-    used = _cpu_seconds(executors) - before
+    used = process_cpu_seconds(executors) - before
     assert set(states.values()) == {"success"}, states
     assert used > 1.0, f"the Spark Connect server's executors used {used:.2f} CPU s during the gold backfill"
     print(f"  gold backfill of {len(days)} days: {used:.1f} CPU s on the cluster's executors of lake-spark-connect")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
 
@@ -28,3 +29,31 @@ def test_snapshot_of_this_process_sees_it_as_the_driver() -> None:
     snap = cpu_snapshot(os.getpid())
     assert snap["driver"][0] == "driver_python" and snap["driver"][1] >= 0
     assert cpu_snapshot(2**22 + 12345) == {}  # no such process: nothing
+
+
+def test_cluster_executors_of_the_driver_count_as_executor_work() -> None:
+    """On a standalone cluster the executors are other processes: found by the driver URL in their argv."""
+    import subprocess
+    import sys
+
+    from spark_jobs.proc_cpu import cluster_executors, process_cpu_seconds
+
+    url = "spark://CoarseGrainedScheduler@127.0.0.9:17030"
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(60)"
+    ours = subprocess.Popen([sys.executable, "-c", spin, "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+                             "--driver-url", url])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                              "org.apache.spark.executor.CoarseGrainedExecutorBackend", "--driver-url", url + "1"])
+    try:
+        deadline = time.monotonic() + 30
+        while process_cpu_seconds([ours.pid]) < 0.2:
+            assert time.monotonic() < deadline, "the stand-in executor never used CPU"
+            time.sleep(0.05)
+        assert cluster_executors(url) == [ours.pid]
+        snap = cpu_snapshot(os.getpid(), url)
+        assert snap[f"exec:{ours.pid}"][0] == "executor" and f"exec:{other.pid}" not in snap
+        assert cpu_split({}, snap)["cpu_seconds"]["executor"] >= 0.2
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()
