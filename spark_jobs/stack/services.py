@@ -179,6 +179,8 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     spark_conn = '{"conn_type": "spark", "host": "' + settings.spark_master + '"}'
     return {
         "AIRFLOW_HOME": str(home),
+        # infra/airflow holds airflow_local_settings.py: the scheduler preloads the task modules before forking.
+        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'infra' / 'airflow'}",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
