@@ -104,6 +104,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="run Spark SQL against the shared catalog")
     sql.add_argument("-e", "--execute", help="statements to run (';'-separated); omit for a shell")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument("--local", action="store_true",
+                     help="run in a private Spark driver started here (~15-20 s) instead of the stack's Spark "
+                          "Connect server")
 
     job = sub.add_parser("job", help="run a Spark job in this process")
     job.add_argument("name", choices=("smoke",))
@@ -245,7 +248,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "sql":
         from spark_jobs import sql
 
-        return sql.run(args.execute, args.format)
+        return sql.run(args.execute, args.format, local=args.local)
     if args.command == "job":
         from spark_jobs.jobs import smoke
 

@@ -84,14 +84,44 @@ def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str)
     return "\n".join(lines) + "\n"
 
 
-def run(statements: str | None, fmt: str) -> int:
-    from pyspark.errors import PySparkException
-
-    from spark_jobs.session import build_session
+def _session(local: bool) -> Any:
+    """The stack's Spark Connect server (a session there costs ~a second), or with ``local`` a private driver
+    in this process (a JVM start, ~15-20 s; works while the spark-connect service is down)."""
     from spark_jobs.settings import load_settings
 
-    spark = build_session(load_settings(), "lake-sql")
-    spark.sparkContext.setLogLevel("ERROR")
+    settings = load_settings()
+    if local:
+        from spark_jobs.session import build_session
+
+        spark = build_session(settings, "lake-sql")
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark
+    import socket
+
+    from spark_jobs.session import connect_session
+
+    # pyspark's client retries a refused connection for minutes: check the port first and say what to do.
+    try:
+        socket.create_connection((settings.host, settings.spark_connect_port), timeout=5).close()
+    except OSError as exc:
+        raise SystemExit(f"lake sql: the stack's Spark Connect server ({settings.host}:{settings.spark_connect_port}, "
+                         f"service spark-connect) does not answer: {exc}. Start it with `lake stack up` (see "
+                         "`lake stack status`), or run `lake sql --local ...` for a private Spark driver.") from None
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    # The Connect client logs every failed statement as a JSON record with the server's stack trace; the
+    # shell prints the error itself (below), once.
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return connect_session(settings)
+
+
+def run(statements: str | None, fmt: str, local: bool = False) -> int:
+    from pyspark.errors import PySparkException
+
+    spark = _session(local)
 
     def execute(text: str) -> bool:
         result = None
@@ -100,14 +130,18 @@ def run(statements: str | None, fmt: str) -> int:
                 result = spark.sql(stmt)
                 rows = result.collect()
             except PySparkException as exc:
-                print(f"error in statement: {stmt[:200]}\n{exc}", file=sys.stderr)
+                message = str(exc).split("\n\nJVM stacktrace:")[0]  # the server's Java frames help no user
+                print(f"error in statement: {stmt[:200]}\n{message}", file=sys.stderr)
                 return False
         if result is not None:
             sys.stdout.write(format_rows(result.columns, [tuple(r) for r in rows], fmt))
         return True
 
     if statements is not None:
-        return 0 if execute(statements) else 1
+        try:
+            return 0 if execute(statements) else 1
+        finally:
+            spark.stop()
     print("lake sql: statements end with ';'. Ctrl-D to quit.", file=sys.stderr)
     pending = ""
     while True:

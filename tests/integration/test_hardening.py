@@ -3,7 +3,7 @@
 1. Every listener of every supervised process tree (the stream included) is on ``LAKE_HOST`` and a port
    from the settings.
 2. No process on the machine shows a secret of this state dir on its command line: the stack, the stream
-   and a ``lake sql`` run, while they run.
+   and a ``lake sql --local`` run (its own Spark JVM), while they run.
 3. Nothing under the state dir is readable by group or others.
 
 Run them against a stack on another address to see what ignores ``LAKE_HOST``, e.g. ``LAKE_HOST=127.0.0.2``
@@ -181,10 +181,11 @@ def test_no_process_shows_a_secret_on_its_command_line(streaming: Settings) -> N
 
 
 def test_lake_sql_keeps_the_s3_keys_off_its_command_line(stack: Settings) -> None:
-    """``lake sql`` (like every build_session user) starts a Spark JVM; scan its tree while it runs."""
+    """``lake sql --local`` (like every build_session user) starts a Spark JVM; scan its tree while it runs. (Plain
+    ``lake sql`` is a Spark Connect client: no JVM, its token stays in the process.)"""
     secrets = _secrets(stack)
     base = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
-    proc = subprocess.Popen([LAKE, "sql", "-e", "SHOW DATABASES"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([LAKE, "sql", "--local", "-e", "SHOW DATABASES"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=base)
     leaks: list[str] = []
     saw_jvm = False

@@ -45,3 +45,22 @@ def test_unknown_kind_is_still_an_argparse_error(capsys: pytest.CaptureFixture[s
         cli.main(["loadgen", "nosuch", "--rate", "1"])
     assert exc.value.code == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_lake_sql_names_the_connect_server_and_the_fix_when_it_is_down(tmp_path: Any) -> None:
+    """``lake sql`` runs on the stack's Spark Connect server; with nothing on its port it fails at once (pyspark's
+    own client would retry for minutes), naming the address, the service and both ways out."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:  # a free port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"PATH": "/usr/bin:/bin", "LAKE_STATE_DIR": str(tmp_path), "LAKE_SPARK_CONNECT_PORT": str(port)}
+    # (a client that waited on the port instead would hit the timeout: pyspark's retries run for minutes)
+    proc = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "sql", "-e", "SELECT 1"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}" in proc.stderr and "spark-connect" in proc.stderr, proc.stderr
+    assert "lake stack up" in proc.stderr and "lake sql --local" in proc.stderr, proc.stderr
