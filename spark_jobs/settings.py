@@ -114,6 +114,13 @@ class Settings:
     kafka_cdc_retention_ms: int
     kafka_cdc_retention_bytes: int
     kafka_topic_partitions: int  # of events.clickstream and the CDC topics, when they are created
+    # SASL/SCRAM passwords of the Kafka principals (spark_jobs.kafka_auth): the broker's own (PLAIN, controller
+    # and inter-broker), the operator's tools, Connect, the streaming app, event producers.
+    kafka_broker_password: str
+    kafka_tools_password: str
+    kafka_connect_password: str
+    kafka_stream_password: str
+    kafka_producer_password: str
     connect_port: int
     connect_url: str
     connect_heap: str
@@ -303,6 +310,11 @@ _DEFAULTS: dict[str, str] = {
     "kafka_cdc_retention_ms": "604800000",
     "kafka_cdc_retention_bytes": "1073741824",
     "kafka_topic_partitions": "3",
+    "kafka_broker_password": "",
+    "kafka_tools_password": "",
+    "kafka_connect_password": "",
+    "kafka_stream_password": "",
+    "kafka_producer_password": "",
     "connect_port": "18083",
     "connect_url": "http://{host}:{connect_port}",
     "connect_heap": "768m",
@@ -378,6 +390,11 @@ SECRET_NAMES = (
     "airflow_admin_password",
     "airflow_secret_key",
     "spark_connect_token",
+    "kafka_broker_password",
+    "kafka_tools_password",
+    "kafka_connect_password",
+    "kafka_stream_password",
+    "kafka_producer_password",
 )
 
 

@@ -17,6 +17,7 @@ import urllib.request
 import uuid
 from typing import Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import Settings
 
 Probe = tuple[bool, str]
@@ -59,10 +60,13 @@ def kafka(settings: Settings, timeout: float = 20.0) -> Probe:
     try:
         from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+        from spark_jobs.events_producer import ensure_topic
+
         topic = "_lake_health"
         token = uuid.uuid4().hex.encode()
-        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all",
-                             "message.timeout.ms": int(timeout * 1000)})
+        conf = kafka_auth.client_conf(settings, "tools")
+        ensure_topic(settings, topic, partitions=1, timeout=timeout)  # no auto-created topics on this broker
+        producer = Producer({**conf, "acks": "all", "message.timeout.ms": int(timeout * 1000)})
         delivered: list[Any] = []
         producer.produce(topic, token, on_delivery=lambda err, msg: delivered.append((err, msg)))
         producer.flush(timeout)
@@ -71,8 +75,7 @@ def kafka(settings: Settings, timeout: float = 20.0) -> Probe:
         err, msg = delivered[0]
         if err is not None:
             return False, f"produce failed: {err}"
-        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "_lake_health",
-                             "enable.auto.commit": False})
+        consumer = Consumer({**conf, "group.id": "_lake_health", "enable.auto.commit": False})
         try:
             consumer.assign([TopicPartition(topic, msg.partition(), msg.offset())])
             deadline = time.monotonic() + timeout

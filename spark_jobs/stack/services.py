@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spark_jobs import kafka_auth
 from spark_jobs.jars import jar_group_dir, pyspark_home, spark_extra_jars
 from spark_jobs.session import spark_conf_dir, spark_defaults_text, write_private
 from spark_jobs.settings import REPO_ROOT, Settings
@@ -538,6 +539,7 @@ def template_values(settings: Settings) -> dict[str, str]:
         "CONNECT_PORT": str(settings.connect_port),
         "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
         "SECRETS_DIR": str(settings.state_dir / "secrets"),
+        **kafka_auth.server_template_values(settings),
     }
 
 

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.connectors import apply, connector_status
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health
@@ -16,7 +17,7 @@ def _snapshot_events(stack: Settings, topic: str, want: int, timeout: float = 12
     """Snapshot reads (op=r) of ``topic``; other events (and non-JSON records other tests inject) are skipped."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "group.id": f"it-{time.time_ns()}",
+    consumer = Consumer({**kafka_auth.client_conf(stack, "tools"), "group.id": f"it-{time.time_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     out: list[dict[str, Any]] = []

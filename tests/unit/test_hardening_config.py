@@ -19,7 +19,9 @@ SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3se
            "LAKE_AIRFLOW_ADMIN_PASSWORD": "airflowAdminPw123", "LAKE_AIRFLOW_SECRET_KEY": "airflowSecretKey123",
            "LAKE_SPARK_CONNECT_TOKEN": "sparkConnectToken123",
            "LAKE_PG_AIRFLOW_PASSWORD": "pgAirflowPw123", "LAKE_PG_METASTORE_PASSWORD": "pgMetastorePw123",
-           "LAKE_PG_APP_PASSWORD": "pgAppPw123"}
+           "LAKE_PG_APP_PASSWORD": "pgAppPw123", "LAKE_KAFKA_BROKER_PASSWORD": "kafkaBrokerPw123",
+           "LAKE_KAFKA_TOOLS_PASSWORD": "kafkaToolsPw123", "LAKE_KAFKA_CONNECT_PASSWORD": "kafkaConnectPw123",
+           "LAKE_KAFKA_STREAM_PASSWORD": "kafkaStreamPw123", "LAKE_KAFKA_PRODUCER_PASSWORD": "kafkaProducerPw123"}
 
 
 @pytest.fixture
@@ -91,7 +93,7 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
     values = template_values(settings)
     root = Path(services.TEMPLATES)
     kafka = render_template((root / "kafka" / "server.properties").read_text(), values)
-    assert (f"listeners=PLAINTEXT://127.0.0.2:{settings.kafka_port},CONTROLLER://127.0.0.2:"
+    assert (f"listeners=SASL_PLAINTEXT://127.0.0.2:{settings.kafka_port},CONTROLLER://127.0.0.2:"
             f"{settings.kafka_controller_port}") in kafka
     assert "127.0.0.1" not in _settings_lines(kafka)
     connect = render_template((root / "connect" / "worker.properties").read_text(), values)
