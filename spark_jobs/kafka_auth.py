@@ -15,11 +15,16 @@ connections (KRaft cannot bootstrap SCRAM on the controller listener); that prin
 SCRAM credentials and ACLs at every ``lake stack up`` (:func:`ensure_principals`), so a new password in the
 state dir's ``.env`` or a new ACL takes effect on the next ``up``. Passwords are generated per state dir
 (``LAKE_KAFKA_*_PASSWORD``) and reach the JVMs through 0600 files only, never a command line.
+
+Kafka Connect's REST API takes HTTP basic auth (Kafka's ``BasicAuthSecurityRestExtension``): one user,
+:data:`CONNECT_REST_USER`, with ``LAKE_CONNECT_REST_PASSWORD``; the worker reads it from a 0600 file.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from spark_jobs.settings import Settings
@@ -160,3 +165,36 @@ def ensure_principals(settings: Settings, timeout: float = 30.0) -> None:
         fut.result()
     for fut in admin.create_acls(_bindings(ACLS), request_timeout=timeout).values():
         fut.result()
+
+
+# ---------------------------------------------------------------- Connect REST
+
+CONNECT_REST_USER = "lake"
+
+
+def connect_rest_headers(settings: Settings) -> dict[str, str]:
+    """The ``Authorization`` header of every call to Connect's REST API."""
+    token = base64.b64encode(f"{CONNECT_REST_USER}:{settings.connect_rest_password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def connect_rest_users_path(settings: Settings) -> Path:
+    """The worker's user file (``PropertyFileLoginModule``: ``user: password`` lines); 0600."""
+    return settings.state_dir / "secrets" / "connect-rest-users.properties"
+
+
+def connect_curl_config_path(settings: Settings) -> Path:
+    """A 0600 curl config with the REST credentials, so the hints we print hold no password (``curl -K``)."""
+    return settings.state_dir / "secrets" / "connect-rest.curl"
+
+
+def connect_curl(settings: Settings) -> str:
+    """``curl -K <config>``: the start of every Connect REST command we suggest to a user."""
+    return f"curl -K {connect_curl_config_path(settings)}"
+
+
+def connect_secret_files(settings: Settings) -> dict[Path, str]:
+    """The private files that hold Connect's REST credentials, with their text."""
+    password = settings.connect_rest_password
+    return {connect_rest_users_path(settings): f"{CONNECT_REST_USER}: {password}\n",
+            connect_curl_config_path(settings): f'user = "{CONNECT_REST_USER}:{password}"\n'}

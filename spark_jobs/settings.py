@@ -123,6 +123,7 @@ class Settings:
     kafka_producer_password: str
     connect_port: int
     connect_url: str
+    connect_rest_password: str  # HTTP basic auth of Connect's REST API (user ``lake``)
     connect_heap: str
     slot_min_safe_wal_mb: int
     stack_min_free_disk_mb: int
@@ -317,6 +318,7 @@ _DEFAULTS: dict[str, str] = {
     "kafka_producer_password": "",
     "connect_port": "18083",
     "connect_url": "http://{host}:{connect_port}",
+    "connect_rest_password": "",
     "connect_heap": "768m",
     "slot_min_safe_wal_mb": "512",
     "stack_min_free_disk_mb": "5120",
@@ -395,6 +397,7 @@ SECRET_NAMES = (
     "kafka_connect_password",
     "kafka_stream_password",
     "kafka_producer_password",
+    "connect_rest_password",
 )
 
 

@@ -102,7 +102,7 @@ DEBEZIUM_PG_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 
 def connect(settings: Settings) -> Probe:
     try:
-        plugins = http_json(f"{settings.connect_url}/connector-plugins")
+        plugins = http_json(f"{settings.connect_url}/connector-plugins", headers=kafka_auth.connect_rest_headers(settings))
         classes = {p.get("class") for p in plugins}
         if DEBEZIUM_PG_CLASS not in classes:
             return False, f"Connect is up but {DEBEZIUM_PG_CLASS} is not on its plugin path"
@@ -136,13 +136,15 @@ def connect_with_tasks(settings: Settings) -> Probe:
     if not ok:
         return ok, detail
     try:
-        statuses = http_json(f"{settings.connect_url}/connectors?expand=status")
+        statuses = http_json(f"{settings.connect_url}/connectors?expand=status",
+                             headers=kafka_auth.connect_rest_headers(settings))
     except Exception as exc:  # noqa: BLE001
         return False, f"GET /connectors?expand=status failed: {type(exc).__name__}: {exc}"
     failed = connector_failures(statuses)
     if failed:
         names = sorted({f.split(" ", 1)[0] for f in failed})
-        restart = " and ".join(f"curl -X POST '{settings.connect_url}/connectors/{n}/restart?includeTasks=true"
+        curl = kafka_auth.connect_curl(settings)
+        restart = " and ".join(f"{curl} -X POST '{settings.connect_url}/connectors/{n}/restart?includeTasks=true"
                                "&onlyFailed=true'" for n in names)
         return False, ("; ".join(failed) + f". Full trace: GET {settings.connect_url}/connectors/{names[0]}/status; "
                        f"fix the cause, then restart: {restart}")

@@ -348,6 +348,8 @@ def services(settings: Settings) -> list[Service]:
                      "-Djava.awt.headless=true", log4j,
                      # Kafka 4 only honours config providers named in this allowlist.
                      "-Dorg.apache.kafka.automatic.config.providers=org.apache.kafka.common.config.provider.FileConfigProvider,org.apache.kafka.common.config.provider.DirectoryConfigProvider,org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+                     # JAAS for the REST API's basic auth: a path; the users and passwords are in a 0600 file.
+                     f"-Djava.security.auth.login.config={conf / 'connect' / 'rest-jaas.conf'}",
                      "-cp", kafka_cp, "org.apache.kafka.connect.cli.ConnectDistributed",
                      str(conf / "connect" / "worker.properties")],
             env=env,
@@ -540,6 +542,7 @@ def template_values(settings: Settings) -> dict[str, str]:
         "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
         "SECRETS_DIR": str(settings.state_dir / "secrets"),
         **kafka_auth.server_template_values(settings),
+        "CONNECT_REST_USERS_FILE": str(kafka_auth.connect_rest_users_path(settings)),
     }
 
 
@@ -554,6 +557,8 @@ def render_configs(settings: Settings) -> None:
     # Connect reads credentials through its FileConfigProvider from here.
     write_private(settings.state_dir / "secrets" / "postgres.properties",
                   f"cdc.user={settings.cdc_user}\ncdc.password={settings.cdc_password}\n")
+    for path, text in kafka_auth.connect_secret_files(settings).items():
+        write_private(path, text)
 
 
 def check_artifacts(settings: Settings) -> None:

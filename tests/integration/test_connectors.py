@@ -61,7 +61,7 @@ def test_apply_registers_shop_connector_and_snapshot_arrives(stack: Settings) ->
 def test_connector_config_never_shows_the_password(stack: Settings) -> None:
     apply(stack)
     for path in ("/connectors/shop-postgres", "/connectors/shop-postgres/config"):
-        body = json.dumps(health.http_json(f"{stack.connect_url}{path}"))
+        body = json.dumps(health.http_json(f"{stack.connect_url}{path}", headers=kafka_auth.connect_rest_headers(stack)))
         assert stack.cdc_password not in body
         assert "${file:" in body
     status = run_lake("connectors", "status", "--json")

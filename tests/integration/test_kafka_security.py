@@ -1,4 +1,4 @@
-"""Kafka on the real stack refuses what its principals may not do (issue 20, item 4).
+"""Kafka and Connect on the real stack refuse what a client may not do (issue 20, item 4).
 
 Each attempt writes one record and then reads the topic's end offsets as ``lake_tools``: a refusal must show
 as a delivery error *and* an unchanged topic, so a record that slipped through fails the test even if the
@@ -125,3 +125,21 @@ def test_the_broker_creates_no_topic_on_first_use(topics: Settings) -> None:
     admin = AdminClient(kafka_auth.client_conf(topics, "tools"))
     assert topic not in admin.list_topics(timeout=15).topics, f"{topic} was auto-created"
     assert error is not None
+
+
+@pytest.mark.parametrize("credentials", ["none", "wrong password"])
+def test_connect_rest_refuses_a_caller_without_the_password(stack: Settings, credentials: str) -> None:
+    import base64
+    import urllib.error
+    import urllib.request
+
+    headers = {} if credentials == "none" else {
+        "Authorization": "Basic " + base64.b64encode(f"{kafka_auth.CONNECT_REST_USER}:wrong".encode()).decode()}
+    req = urllib.request.Request(f"{stack.connect_url}/connectors", headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=10)
+    assert refused.value.code == 401
+    from spark_jobs.stack import health
+
+    assert isinstance(health.http_json(f"{stack.connect_url}/connectors",
+                                       headers=kafka_auth.connect_rest_headers(stack)), list)

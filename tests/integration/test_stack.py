@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, Settings
 from spark_jobs.stack import health
 from tests.integration.conftest import run_lake
@@ -47,7 +48,8 @@ def test_second_up_is_a_noop(stack: Settings) -> None:
 
 def test_kafka_round_trip_and_connect_has_debezium(stack: Settings) -> None:
     assert health.kafka(stack) == (True, "produce/consume round trip ok")
-    plugins = health.http_json(f"{stack.connect_url}/connector-plugins")
+    plugins = health.http_json(f"{stack.connect_url}/connector-plugins",
+                               headers=kafka_auth.connect_rest_headers(stack))
     assert health.DEBEZIUM_PG_CLASS in {p["class"] for p in plugins}
 
 

@@ -3,6 +3,7 @@ only its job's ACLs, credentials in private files and client settings, never on 
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from spark_jobs.stack import services
 from spark_jobs.stack.services import render_template, template_values
 
 PASSWORDS = {f"LAKE_KAFKA_{p.upper()}_PASSWORD": f"pw{p.capitalize()}0123456789" for p in kafka_auth.USERS}
+PASSWORDS["LAKE_CONNECT_REST_PASSWORD"] = "pwConnectRest0123456789"
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def test_connect_logs_in_as_its_own_principal_for_every_client(settings: Setting
         assert 'username="lake_connect" password="pwConnect0123456789"' in props[f"{prefix}sasl.jaas.config"]
 
 
-def test_no_kafka_password_on_a_supervised_command_line(settings: Settings) -> None:
+def test_no_kafka_or_connect_password_on_a_supervised_command_line(settings: Settings) -> None:
     commands = " ".join(" ".join(p.command) for s in services.services(settings) for p in s.programs)
     for value in PASSWORDS.values():
         assert value not in commands
@@ -109,3 +111,23 @@ def test_no_acl_is_for_a_super_user_and_every_operation_exists() -> None:
     for acl in kafka_auth.ACLS:
         for op in acl.operations:
             assert op in AclOperation.__members__
+
+
+def test_connect_rest_requires_basic_auth_from_a_private_file(settings: Settings) -> None:
+    from spark_jobs.stack.services import render_configs
+
+    props = _rendered(settings, "connect/worker.properties")
+    assert props["rest.extension.classes"] == \
+        "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
+    connect = next(p for s in services.services(settings) for p in s.programs if p.name == "connect")
+    jaas_arg = next(a for a in connect.command if a.startswith("-Djava.security.auth.login.config="))
+    render_configs(settings)
+    jaas_text = Path(jaas_arg.split("=", 1)[1]).read_text()
+    users = kafka_auth.connect_rest_users_path(settings)
+    assert f'file="{users}"' in jaas_text
+    assert users.read_text() == "lake: pwConnectRest0123456789\n"
+    assert users.stat().st_mode & 0o077 == 0 and kafka_auth.connect_curl_config_path(settings).stat().st_mode & 0o077 == 0
+    assert kafka_auth.connect_rest_headers(settings) == {
+        "Authorization": "Basic " + base64.b64encode(b"lake:pwConnectRest0123456789").decode()}
+    # The hints we print call curl with the private config, never with the password.
+    assert kafka_auth.connect_curl(settings) == f"curl -K {kafka_auth.connect_curl_config_path(settings)}"
