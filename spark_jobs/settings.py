@@ -155,6 +155,7 @@ class Settings:
     metastore_uri: str
     metastore_heap: str
     thrift_port: int
+    thrift_password: str  # JDBC login of user ``lake`` (spark_jobs.stack.services.THRIFT_USER)
     thrift_driver_memory: str
     thrift_driver_port: int
     thrift_block_manager_port: int
@@ -345,6 +346,7 @@ _DEFAULTS: dict[str, str] = {
     "metastore_uri": "thrift://{host}:{metastore_port}",
     "metastore_heap": "512m",
     "thrift_port": "10000",
+    "thrift_password": "",
     "thrift_driver_memory": "1g",
     # Spark's driver RPC and block manager of each long-running driver (random ports otherwise).
     "thrift_driver_port": "17010",
@@ -398,6 +400,7 @@ SECRET_NAMES = (
     "kafka_stream_password",
     "kafka_producer_password",
     "connect_rest_password",
+    "thrift_password",
 )
 
 

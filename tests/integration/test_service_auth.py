@@ -1,4 +1,4 @@
-"""Kafka and Connect on the real stack refuse what a client may not do (issue 20, item 4).
+"""Kafka, Connect and the Thrift server on the real stack refuse what a client may not do (issue 20, item 4).
 
 Each attempt writes one record and then reads the topic's end offsets as ``lake_tools``: a refusal must show
 as a delivery error *and* an unchanged topic, so a record that slipped through fails the test even if the
@@ -143,3 +143,22 @@ def test_connect_rest_refuses_a_caller_without_the_password(stack: Settings, cre
 
     assert isinstance(health.http_json(f"{stack.connect_url}/connectors",
                                        headers=kafka_auth.connect_rest_headers(stack)), list)
+
+
+@pytest.mark.parametrize("password", ["wrong", "none"])
+def test_the_thrift_server_refuses_a_wrong_password(stack: Settings, password: str, tmp_path: Any) -> None:
+    import subprocess
+
+    from spark_jobs.jars import pyspark_home
+    from spark_jobs.stack.services import THRIFT_USER
+
+    wrong = tmp_path / "pw"
+    wrong.write_text("not-the-password" if password == "wrong" else "")
+    proc = subprocess.run(
+        [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{stack.host}:{stack.thrift_port}/default",
+         "-n", THRIFT_USER, "-w", str(wrong), "--outputformat=csv2", "-e", "SELECT 41 + 1 AS answer"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert "42" not in proc.stdout.split(), f"the Thrift server ran a query with a {password} password"
+    assert proc.returncode != 0
+    assert "authentication" in (proc.stdout + proc.stderr).lower() or "sasl" in (proc.stdout + proc.stderr).lower(), \
+        (proc.stdout + proc.stderr)[-2000:]
