@@ -109,6 +109,10 @@ class EventProducer:
                  client_id: str = "lakestream-events", config: Mapping[str, Any] | None = None,
                  producer: Any = None) -> None:
         """``config`` adds/overrides librdkafka settings; ``producer`` injects a client (unit tests)."""
+        if not isinstance(settings_or_bootstrap, str) and not topic.startswith(kafka_auth.EVENTS_TOPIC_PREFIX):
+            raise ProducerError(f"topic {topic!r}: the lake's event producers (Kafka principal "
+                                f"{kafka_auth.user('producer')}) may write {kafka_auth.EVENTS_TOPIC_PREFIX}* topics "
+                                f"only; name it {kafka_auth.EVENTS_TOPIC_PREFIX}<name>")
         connection = _connection_conf(settings_or_bootstrap)
         self.bootstrap = str(connection["bootstrap.servers"])
         self.topic = topic

@@ -55,7 +55,7 @@ def topics(kafka: Settings) -> Iterator[list[str]]:
 
 
 def loadgen(settings: Settings, topics: list[str], tmp: Path, *extra: str) -> tuple[dict[str, Any], str]:
-    topic = f"test.loadgen-events.{uuid.uuid4().hex[:10]}"
+    topic = f"events.test-loadgen-{uuid.uuid4().hex[:10]}"  # lake_producer may write events.* only
     topics.append(topic)
     manifest = tmp / f"{topic}.json"
     # "--": the CLI hands everything after the sub-command to the loadgen verbatim.
