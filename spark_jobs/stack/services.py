@@ -398,7 +398,9 @@ def services(settings: Settings) -> list[Service]:
                      # Password logins (LakeThriftAuth reads the 0600 users file named in its environment);
                      # the driver's class path is the lake's jars plus our compiled helpers.
                      "--conf", "spark.hive.server2.authentication=CUSTOM",
-                     "--conf", "spark.hive.server2.custom.authentication.class=LakeThriftAuth",
+                     # Hive's CustomAuthenticationProviderImpl reads the class from a new HiveConf (hive-site.xml
+                     # and system properties), not from Spark's conf.
+                     "--driver-java-options", "-Dhive.server2.custom.authentication.class=LakeThriftAuth",
                      "--driver-class-path", _cp(*spark_extra_jars(settings), java_classes_dir(settings)),
                      *driver_port_args(settings.thrift_driver_port, settings.thrift_block_manager_port),
                      "spark-internal"],

@@ -103,14 +103,14 @@ def test_no_secret_is_committed(stack: Settings) -> None:
 
 def test_port_taken_by_another_program_is_a_clear_error(stack: Settings, tmp_path: Path) -> None:
     with socket.socket() as blocker:
-        blocker.bind(("127.0.0.1", 0))
+        blocker.bind((stack.host, 0))
         blocker.listen()
         port = blocker.getsockname()[1]
-        env = {"LAKE_STATE_DIR": str(tmp_path / "st"), "LAKE_PG_PORT": str(port)}
+        env = {"LAKE_STATE_DIR": str(tmp_path / "st"), "LAKE_HOST": stack.host, "LAKE_PG_PORT": str(port)}
         try:
             proc = run_lake("stack", "up", "postgres", env=env, check=False, timeout=120)
         finally:
             run_lake("stack", "down", env=env, check=False, timeout=120)
     assert proc.returncode == 2
-    assert f"port {port} on 127.0.0.1 is taken by pid" in proc.stderr
+    assert f"port {port} on {stack.host} is taken by pid" in proc.stderr
     assert "set LAKE_PG_PORT to a free port" in proc.stderr

@@ -151,7 +151,7 @@ def test_the_thrift_server_asks_for_a_password_from_a_private_file(settings: Set
     thrift = next(p for s in services.services(settings) for p in s.programs if p.name == "thrift")
     cmd = " ".join(thrift.command)
     assert "spark.hive.server2.authentication=CUSTOM" in cmd
-    assert "spark.hive.server2.custom.authentication.class=LakeThriftAuth" in cmd
+    assert "-Dhive.server2.custom.authentication.class=LakeThriftAuth" in cmd
     assert str(services.java_classes_dir(settings)) in cmd  # the compiled check is on the driver's class path
     assert thrift.env["LAKE_THRIFT_USERS_FILE"] == str(services.thrift_users_path(settings))
     services.render_configs(settings)
