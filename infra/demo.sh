@@ -84,7 +84,8 @@ cat <<MSG
                   .venv/bin/lake sql -e "SELECT count(*) FROM gold.fct_orders VERSION AS OF 0"
                   .venv/bin/lake sql -e "SELECT * FROM silver.orders ORDER BY updated_at DESC LIMIT 5"
   Data quality    .venv/bin/lake dq status  |  .venv/bin/lake dq history    Data Docs: $DQ_DOCS
-  JDBC            jdbc:hive2://$THRIFT/default  (beeline, DBeaver, ...)
+  JDBC            jdbc:hive2://$THRIFT/default  user lake, password LAKE_THRIFT_PASSWORD in $STATE/.env
+                  (beeline -n lake -w $STATE/secrets/thrift-password; DBeaver, ...)
   MinIO console   $MINIO_CONSOLE  (root credentials in $STATE/.env)
   Health          .venv/bin/lake stack status  |  .venv/bin/lake stream status
   Logs            $STATE/logs/   (.venv/bin/lake stack logs SERVICE)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_jobs import stream_control
+from spark_jobs import kafka_auth, stream_control
 from spark_jobs.bench import _percentile
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
@@ -67,7 +67,7 @@ def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple
 
     from spark_jobs.contracts.events import TOPIC
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"_lake_bench_{time.time()}",
+    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": f"_lake_bench_{time.time()}",
                          "enable.auto.commit": False, "fetch.max.bytes": 52428800,
                          "max.partition.fetch.bytes": 10485760})
     consumer.assign([TopicPartition(TOPIC, p, lo) for p, (lo, _hi) in ranges.items()])

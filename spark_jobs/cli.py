@@ -327,11 +327,12 @@ def _print_welcome(settings: object) -> None:
         "\nLakestream stack is up.\n"
         f"  Airflow UI     {settings.airflow_url}  (user {settings.airflow_admin_user}, password: "
         f"LAKE_AIRFLOW_ADMIN_PASSWORD in {settings.state_dir / '.env'})\n"
-        f"  Kafka          {settings.kafka_bootstrap}\n"
-        f"  Connect REST   {settings.connect_url}\n"
+        f"  Kafka          {settings.kafka_bootstrap}  (SASL/SCRAM: LAKE_KAFKA_*_PASSWORD; README, Kafka security)\n"
+        f"  Connect REST   {settings.connect_url}  (curl -K {settings.state_dir / 'secrets' / 'connect-rest.curl'})\n"
         f"  MinIO (S3)     {settings.s3_endpoint}  console http://{settings.host}:{settings.minio_console_port}\n"
         f"  Metastore      {settings.metastore_uri}\n"
-        f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default\n"
+        f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user lake, password "
+        f"LAKE_THRIFT_PASSWORD; beeline -w {settings.state_dir / 'secrets' / 'thrift-password'})\n"
         f"  Logs           {settings.log_dir}\n"
         "  Try: lake sql -e 'SHOW DATABASES'   |   lake stack status",
         flush=True,

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack.health import failure_line, status_parts
 from spark_jobs.stack.services import render_template, template_values
@@ -51,7 +52,8 @@ def _request(settings: Settings, method: str, path: str, body: Any = None) -> An
         raise ConnectorError(f"LAKE_CONNECT_URL must be http(s), got {settings.connect_url}")
     req = urllib.request.Request(  # noqa: S310 - scheme checked above
         url, method=method, data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Accept": "application/json"})
+        headers={"Content-Type": "application/json", "Accept": "application/json",
+                 **kafka_auth.connect_rest_headers(settings)})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - scheme checked above
             raw = resp.read()
@@ -158,7 +160,8 @@ def state_warnings(settings: Settings, connector: str, status: dict[str, Any]) -
     """A connector or task that is not RUNNING, with what to do. FAILED also turns ``connect`` DOWN in
     ``lake stack status``; UNASSIGNED (no worker took it: a rebalance, or a worker gone) and PAUSED only warn
     here, because both are normal for a moment."""
-    restart = f"curl -X POST '{settings.connect_url}/connectors/{connector}/restart?includeTasks=true'"
+    restart = (f"{kafka_auth.connect_curl(settings)} -X POST "
+               f"'{settings.connect_url}/connectors/{connector}/restart?includeTasks=true'")
     out = []
     for what, part in status_parts(status):
         state = part.get("state")
@@ -168,7 +171,7 @@ def state_warnings(settings: Settings, connector: str, status: dict[str, Any]) -
                        f"`lake stack logs connect`, then: {restart}")
         elif state == "PAUSED":
             out.append(f"{connector} {what} is PAUSED: nothing is captured until "
-                       f"curl -X PUT {settings.connect_url}/connectors/{connector}/resume")
+                       f"{kafka_auth.connect_curl(settings)} -X PUT {settings.connect_url}/connectors/{connector}/resume")
         elif state == "FAILED":
             out.append(f"{failure_line(connector, what, part)}; after fixing the cause: {restart}")
     if not status.get("tasks") and (status.get("connector") or {}).get("state") == "RUNNING":
@@ -215,9 +218,9 @@ def slot_warnings(settings: Settings, connector: str, slot: dict[str, Any]) -> l
         return [f"replication slot {SLOT} does not exist in {settings.pg_shop_db}: the connector creates it when it "
                 "starts (lake connectors apply)"]
     status, safe = slot.get("wal_status"), slot.get("safe_wal_size")
-    reset = (f"curl -X PUT {settings.connect_url}/connectors/{connector}/stop; curl -X DELETE "
-             f"{settings.connect_url}/connectors/{connector}/offsets; SELECT pg_drop_replication_slot('{SLOT}'); "
-             f"curl -X PUT {settings.connect_url}/connectors/{connector}/resume")
+    curl, url = kafka_auth.connect_curl(settings), f"{settings.connect_url}/connectors/{connector}"
+    reset = (f"{curl} -X PUT {url}/stop; {curl} -X DELETE {url}/offsets; "
+             f"SELECT pg_drop_replication_slot('{SLOT}'); {curl} -X PUT {url}/resume")
     if status == "lost":
         return [f"replication slot {SLOT} is LOST: PostgreSQL removed WAL it had not sent (max_slot_wal_keep_size), so "
                 "changes in the gap never reach silver. Re-snapshot: " + reset + " (snapshot.mode=initial reads every "
@@ -225,8 +228,8 @@ def slot_warnings(settings: Settings, connector: str, slot: dict[str, Any]) -> l
     if status == "unreserved":
         return [f"replication slot {SLOT} is unreserved: it is more than max_slot_wal_keep_size behind and its WAL "
                 "is removed at the next checkpoint unless the connector catches up now. Check the connector "
-                f"(`lake connectors status`, `lake stack logs connect`) and restart it: curl -X POST "
-                f"'{settings.connect_url}/connectors/{connector}/restart?includeTasks=true&onlyFailed=true'"]
+                f"(`lake connectors status`, `lake stack logs connect`) and restart it: {curl} -X POST "
+                f"'{url}/restart?includeTasks=true&onlyFailed=true'"]
     minimum = settings.slot_min_safe_wal_mb * 1024 * 1024
     if safe is not None and minimum and safe < minimum:
         return [f"replication slot {SLOT} can fall only {format_bytes(safe)} further behind before PostgreSQL "

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import (
     MAX_EVENT_BYTES,
     SCHEMA_VERSION,
@@ -94,10 +95,11 @@ class DeliveryStats:
         return {str(p): list(r) for p, r in sorted(self.offsets.items())}
 
 
-def _bootstrap_of(settings_or_bootstrap: Settings | str) -> str:
+def _connection_conf(settings_or_bootstrap: Settings | str) -> dict[str, Any]:
+    """The lake's Kafka as principal ``lake_producer`` (SASL), or a bare ``host:port`` list without auth."""
     if isinstance(settings_or_bootstrap, str):
-        return settings_or_bootstrap
-    return settings_or_bootstrap.kafka_bootstrap
+        return {"bootstrap.servers": settings_or_bootstrap}
+    return kafka_auth.client_conf(settings_or_bootstrap, "producer")
 
 
 class EventProducer:
@@ -107,12 +109,17 @@ class EventProducer:
                  client_id: str = "lakestream-events", config: Mapping[str, Any] | None = None,
                  producer: Any = None) -> None:
         """``config`` adds/overrides librdkafka settings; ``producer`` injects a client (unit tests)."""
-        self.bootstrap = _bootstrap_of(settings_or_bootstrap)
+        if not isinstance(settings_or_bootstrap, str) and not topic.startswith(kafka_auth.EVENTS_TOPIC_PREFIX):
+            raise ProducerError(f"topic {topic!r}: the lake's event producers (Kafka principal "
+                                f"{kafka_auth.user('producer')}) may write {kafka_auth.EVENTS_TOPIC_PREFIX}* topics "
+                                f"only; name it {kafka_auth.EVENTS_TOPIC_PREFIX}<name>")
+        connection = _connection_conf(settings_or_bootstrap)
+        self.bootstrap = str(connection["bootstrap.servers"])
         self.topic = topic
         self.stats = DeliveryStats()
         self._last_client_error: str | None = None
         self.config: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap,
+            **connection,
             "client.id": client_id,
             "enable.idempotence": True,
             "acks": "all",
@@ -227,15 +234,16 @@ class EventProducer:
             self._producer.flush(5)
 
 
-def ensure_topic(bootstrap: str, topic: str = TOPIC, partitions: int = 3, replication: int = 1,
+def ensure_topic(settings: Settings, topic: str = TOPIC, partitions: int = 3, replication: int = 1,
                  timeout: float = 15.0, config: dict[str, str] | None = None) -> bool:
     """Create ``topic`` (with topic ``config``, e.g. its retention) if it does not exist; True if it was created.
-    An existing topic is left as it is."""
+    An existing topic is left as it is. Creating topics is administration: it runs as ``lake_tools``."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    bootstrap = settings.kafka_bootstrap
+    admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
     try:
         existing = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import Settings
 
 
@@ -46,7 +47,7 @@ def topic_configs(settings: Settings, topics: Iterable[str], timeout: float = 15
     """Current ``retention.ms`` / ``retention.bytes`` of each of ``topics`` that exists."""
     from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]  # public, not in stubs
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
     existing = set(admin.list_topics(timeout=timeout).topics)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics if t in existing]
     if not resources:
@@ -72,7 +73,7 @@ def ensure_retention(settings: Settings, *, create_events: bool = True, timeout:
 
     from spark_jobs.contracts.events import TOPIC
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
     wanted = wanted_configs(settings)
     done: list[str] = []
     try:

@@ -71,6 +71,9 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         # 127.0.0.1 with a random port (which ignores LAKE_HOST). Files under java.io.tmpdir, umask 077.
         "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
+        # Data source options printed in plans and logs are redacted where the name matches: the Kafka source's
+        # kafka.sasl.jaas.config holds the stream's password (Spark's default matches only "url").
+        "spark.sql.redaction.options.regex": "(?i)url|jaas|password",
         **DELTA_CONF,
         **CODEGEN_CONF,
         # Shared catalog: the Hive metastore service of the stack (or a cluster's).

@@ -114,8 +114,16 @@ class Settings:
     kafka_cdc_retention_ms: int
     kafka_cdc_retention_bytes: int
     kafka_topic_partitions: int  # of events.clickstream and the CDC topics, when they are created
+    # SASL/SCRAM passwords of the Kafka principals (spark_jobs.kafka_auth): the broker's own (PLAIN, controller
+    # and inter-broker), the operator's tools, Connect, the streaming app, event producers.
+    kafka_broker_password: str
+    kafka_tools_password: str
+    kafka_connect_password: str
+    kafka_stream_password: str
+    kafka_producer_password: str
     connect_port: int
     connect_url: str
+    connect_rest_password: str  # HTTP basic auth of Connect's REST API (user ``lake``)
     connect_heap: str
     slot_min_safe_wal_mb: int
     stack_min_free_disk_mb: int
@@ -147,6 +155,7 @@ class Settings:
     metastore_uri: str
     metastore_heap: str
     thrift_port: int
+    thrift_password: str  # JDBC login of user ``lake`` (spark_jobs.stack.services.THRIFT_USER)
     thrift_driver_memory: str
     thrift_driver_port: int
     thrift_block_manager_port: int
@@ -303,8 +312,14 @@ _DEFAULTS: dict[str, str] = {
     "kafka_cdc_retention_ms": "604800000",
     "kafka_cdc_retention_bytes": "1073741824",
     "kafka_topic_partitions": "3",
+    "kafka_broker_password": "",
+    "kafka_tools_password": "",
+    "kafka_connect_password": "",
+    "kafka_stream_password": "",
+    "kafka_producer_password": "",
     "connect_port": "18083",
     "connect_url": "http://{host}:{connect_port}",
+    "connect_rest_password": "",
     "connect_heap": "768m",
     "slot_min_safe_wal_mb": "512",
     "stack_min_free_disk_mb": "5120",
@@ -331,6 +346,7 @@ _DEFAULTS: dict[str, str] = {
     "metastore_uri": "thrift://{host}:{metastore_port}",
     "metastore_heap": "512m",
     "thrift_port": "10000",
+    "thrift_password": "",
     "thrift_driver_memory": "1g",
     # Spark's driver RPC and block manager of each long-running driver (random ports otherwise).
     "thrift_driver_port": "17010",
@@ -378,6 +394,13 @@ SECRET_NAMES = (
     "airflow_admin_password",
     "airflow_secret_key",
     "spark_connect_token",
+    "kafka_broker_password",
+    "kafka_tools_password",
+    "kafka_connect_password",
+    "kafka_stream_password",
+    "kafka_producer_password",
+    "connect_rest_password",
+    "thrift_password",
 )
 
 

@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.connectors import slot_positions
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
@@ -52,7 +53,7 @@ def kafka_end_offsets(settings: Settings) -> dict[str, int]:
     """High watermark per ``topic:partition`` for every input topic that exists."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "_lake_stream_status",
+    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
                          "enable.auto.commit": False})
     try:
         meta = consumer.list_topics(timeout=10)

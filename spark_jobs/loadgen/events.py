@@ -478,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             users = load_users(settings)
         generator = ClickstreamGenerator(args.seed, users, late=args.late, dup=args.dup, bad=args.bad)
-        ensure_topic(settings.kafka_bootstrap, args.topic, args.partitions, config=events_topic_config(settings))
+        ensure_topic(settings, args.topic, args.partitions, config=events_topic_config(settings))
         producer = EventProducer(settings, args.topic, client_id="lake-loadgen-events")
         print(f"loadgen events: {args.rate:g} records/s for {args.duration:g}s, seed {args.seed}, "
               f"{len(users)} users -> {args.topic} at {settings.kafka_bootstrap} "

@@ -144,7 +144,7 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
             check_range_free(cur, plan.seed, where)
         conn.commit()
         if producer is None:
-            ensure_topic(settings.kafka_bootstrap, TOPIC, config=events_topic_config(settings))
+            ensure_topic(settings, TOPIC, config=events_topic_config(settings))
             producer = EventProducer(settings, TOPIC, client_id="lake-loadgen-history")
         written: dict[str, Counter[str]] = {t: Counter() for t in TABLES}
         sent: Counter[str] = Counter()

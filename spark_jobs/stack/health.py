@@ -17,6 +17,7 @@ import urllib.request
 import uuid
 from typing import Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import Settings
 
 Probe = tuple[bool, str]
@@ -59,10 +60,13 @@ def kafka(settings: Settings, timeout: float = 20.0) -> Probe:
     try:
         from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+        from spark_jobs.events_producer import ensure_topic
+
         topic = "_lake_health"
         token = uuid.uuid4().hex.encode()
-        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all",
-                             "message.timeout.ms": int(timeout * 1000)})
+        conf = kafka_auth.client_conf(settings, "tools")
+        ensure_topic(settings, topic, partitions=1, timeout=timeout)  # no auto-created topics on this broker
+        producer = Producer({**conf, "acks": "all", "message.timeout.ms": int(timeout * 1000)})
         delivered: list[Any] = []
         producer.produce(topic, token, on_delivery=lambda err, msg: delivered.append((err, msg)))
         producer.flush(timeout)
@@ -71,8 +75,7 @@ def kafka(settings: Settings, timeout: float = 20.0) -> Probe:
         err, msg = delivered[0]
         if err is not None:
             return False, f"produce failed: {err}"
-        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "_lake_health",
-                             "enable.auto.commit": False})
+        consumer = Consumer({**conf, "group.id": "_lake_health", "enable.auto.commit": False})
         try:
             consumer.assign([TopicPartition(topic, msg.partition(), msg.offset())])
             deadline = time.monotonic() + timeout
@@ -99,7 +102,7 @@ DEBEZIUM_PG_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 
 def connect(settings: Settings) -> Probe:
     try:
-        plugins = http_json(f"{settings.connect_url}/connector-plugins")
+        plugins = http_json(f"{settings.connect_url}/connector-plugins", headers=kafka_auth.connect_rest_headers(settings))
         classes = {p.get("class") for p in plugins}
         if DEBEZIUM_PG_CLASS not in classes:
             return False, f"Connect is up but {DEBEZIUM_PG_CLASS} is not on its plugin path"
@@ -133,13 +136,15 @@ def connect_with_tasks(settings: Settings) -> Probe:
     if not ok:
         return ok, detail
     try:
-        statuses = http_json(f"{settings.connect_url}/connectors?expand=status")
+        statuses = http_json(f"{settings.connect_url}/connectors?expand=status",
+                             headers=kafka_auth.connect_rest_headers(settings))
     except Exception as exc:  # noqa: BLE001
         return False, f"GET /connectors?expand=status failed: {type(exc).__name__}: {exc}"
     failed = connector_failures(statuses)
     if failed:
         names = sorted({f.split(" ", 1)[0] for f in failed})
-        restart = " and ".join(f"curl -X POST '{settings.connect_url}/connectors/{n}/restart?includeTasks=true"
+        curl = kafka_auth.connect_curl(settings)
+        restart = " and ".join(f"{curl} -X POST '{settings.connect_url}/connectors/{n}/restart?includeTasks=true"
                                "&onlyFailed=true'" for n in names)
         return False, ("; ".join(failed) + f". Full trace: GET {settings.connect_url}/connectors/{names[0]}/status; "
                        f"fix the cause, then restart: {restart}")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import Settings, env_name, load_settings
 from spark_jobs.stack import bootstrap, supervisor
 from spark_jobs.stack.secrets import ensure_env_file
@@ -154,21 +156,28 @@ def _after_start(settings: Settings, service: Service) -> None:
                                                                 **airflow_env(settings)})
 
 
+def _retry_until_up(settings: Settings, service: Service, work: Callable[[], None], what: str) -> None:
+    """Run ``work`` until it succeeds or the service's start timeout passes (the process is still starting)."""
+    deadline = time.monotonic() + service.start_timeout
+    while True:
+        try:
+            work()
+            return
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                log = log_path(settings, service.main)
+                raise StackError(f"{service.name}: {what}: {exc}\nLog {log}:\n{_tail(log)}") from exc
+            time.sleep(1.0)
+
+
 def _pre_probe(settings: Settings, service: Service) -> None:
     """Work that needs the process up but must precede the real probe."""
-    if service.name == "minio":
-        deadline = time.monotonic() + service.start_timeout
-        while True:
-            try:
-                bootstrap.configure_minio(settings)
-                return
-            except Exception as exc:
-                if time.monotonic() > deadline:
-                    raise StackError(
-                        f"minio: could not create bucket/user at {settings.s3_endpoint}: {exc}\n"
-                        f"Log {log_path(settings, 'minio')}:\n{_tail(log_path(settings, 'minio'))}"
-                    ) from exc
-                time.sleep(1.0)
+    if service.name == "kafka":  # the probe and every client log in with SCRAM credentials made here
+        _retry_until_up(settings, service, lambda: kafka_auth.ensure_principals(settings),
+                        f"could not create the SASL principals and ACLs at {settings.kafka_bootstrap}")
+    elif service.name == "minio":
+        _retry_until_up(settings, service, lambda: bootstrap.configure_minio(settings),
+                        f"could not create bucket/user at {settings.s3_endpoint}")
 
 
 def up(only: list[str] | None = None) -> Settings:

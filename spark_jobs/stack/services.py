@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spark_jobs import kafka_auth
 from spark_jobs.jars import jar_group_dir, pyspark_home, spark_extra_jars
 from spark_jobs.session import spark_conf_dir, spark_defaults_text, write_private
 from spark_jobs.settings import REPO_ROOT, Settings
@@ -26,6 +27,9 @@ from spark_jobs.stack import health
 INFRA = REPO_ROOT / "infra"
 TEMPLATES = INFRA / "conf"
 METASTORE_LAUNCHER = INFRA / "metastore" / "LakeMetaStore.java"
+THRIFT_AUTH = INFRA / "thrift" / "LakeThriftAuth.java"
+#: Our Java helpers, compiled together against pyspark's jars at `lake stack up`.
+JAVA_SOURCES = (METASTORE_LAUNCHER, THRIFT_AUTH)
 MINIO_BIN_NAME = "minio"
 
 
@@ -233,30 +237,31 @@ def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:
     return [w for k, v in driver_ports_conf(driver_port, block_manager_port).items() for w in ("--conf", f"{k}={v}")]
 
 
-def metastore_classes_dir(settings: Settings) -> Path:
-    """Where ``infra/metastore/LakeMetaStore.java`` is compiled to (per source and pyspark version)."""
-    digest = hashlib.sha256(METASTORE_LAUNCHER.read_bytes() + str(pyspark_home()).encode()).hexdigest()[:16]
-    return settings.cache_dir / "classes" / f"metastore-{digest}"
+def java_classes_dir(settings: Settings) -> Path:
+    """Where :data:`JAVA_SOURCES` are compiled to (per sources and pyspark version)."""
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in JAVA_SOURCES) + str(pyspark_home()).encode())
+    return settings.cache_dir / "classes" / f"lake-java-{digest.hexdigest()[:16]}"
 
 
-def build_metastore_launcher(settings: Settings) -> Path:
-    """Compile the metastore launcher against pyspark's Hive jars once; returns its classes folder."""
-    out = metastore_classes_dir(settings)
-    if (out / "LakeMetaStore.class").is_file():
+def build_java_classes(settings: Settings) -> Path:
+    """Compile the metastore launcher and the Thrift password check against pyspark's jars once; returns
+    their classes folder."""
+    out = java_classes_dir(settings)
+    if all((out / f"{src.stem}.class").is_file() for src in JAVA_SOURCES):
         return out
     javac = shutil.which("javac") or (str(Path(java_bin()).parent / "javac"))
     if not Path(javac).exists():
-        raise FileNotFoundError("javac not found next to java or on PATH: the metastore launcher "
-                                f"({METASTORE_LAUNCHER}) is compiled at `lake stack up`; install a JDK 17 "
-                                "(apt-get install openjdk-17-jdk-headless)")
+        raise FileNotFoundError("javac not found next to java or on PATH: the metastore launcher and the Thrift "
+                                f"password check ({', '.join(map(str, JAVA_SOURCES))}) are compiled at "
+                                "`lake stack up`; install a JDK 17 (apt-get install openjdk-17-jdk-headless)")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", str(pyspark_home() / "jars" / "*"),
-                           str(METASTORE_LAUNCHER)], capture_output=True, text=True, check=False)
+                           *map(str, JAVA_SOURCES)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"compiling {METASTORE_LAUNCHER} failed (javac exit {proc.returncode}):\n"
+        raise RuntimeError(f"compiling {', '.join(map(str, JAVA_SOURCES))} failed (javac exit {proc.returncode}):\n"
                            f"{(proc.stdout + proc.stderr)[-3000:]}")
     try:
         tmp.rename(out)
@@ -347,6 +352,8 @@ def services(settings: Settings) -> list[Service]:
                      "-Djava.awt.headless=true", log4j,
                      # Kafka 4 only honours config providers named in this allowlist.
                      "-Dorg.apache.kafka.automatic.config.providers=org.apache.kafka.common.config.provider.FileConfigProvider,org.apache.kafka.common.config.provider.DirectoryConfigProvider,org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+                     # JAAS for the REST API's basic auth: a path; the users and passwords are in a 0600 file.
+                     f"-Djava.security.auth.login.config={conf / 'connect' / 'rest-jaas.conf'}",
                      "-cp", kafka_cp, "org.apache.kafka.connect.cli.ConnectDistributed",
                      str(conf / "connect" / "worker.properties")],
             env=env,
@@ -360,7 +367,7 @@ def services(settings: Settings) -> list[Service]:
         hint="Connect needs Kafka up and the Debezium plugin unpacked by `make setup`",
     )
     metastore_cp = _cp(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings),
-                       metastore_classes_dir(settings))
+                       java_classes_dir(settings))
     metastore = Service(
         name="metastore",
         programs=(Program(
@@ -388,9 +395,16 @@ def services(settings: Settings) -> list[Service]:
                      "--conf", f"spark.driver.memory={settings.thrift_driver_memory}",
                      "--conf", f"spark.hive.server2.thrift.port={settings.thrift_port}",
                      "--conf", f"spark.hive.server2.thrift.bind.host={host}",
+                     # Password logins (LakeThriftAuth reads the 0600 users file named in its environment);
+                     # the driver's class path is the lake's jars plus our compiled helpers.
+                     "--conf", "spark.hive.server2.authentication=CUSTOM",
+                     # Hive's CustomAuthenticationProviderImpl reads the class from a new HiveConf (hive-site.xml
+                     # and system properties), not from Spark's conf.
+                     "--driver-java-options", "-Dhive.server2.custom.authentication.class=LakeThriftAuth",
+                     "--driver-class-path", _cp(*spark_extra_jars(settings), java_classes_dir(settings)),
                      *driver_port_args(settings.thrift_driver_port, settings.thrift_block_manager_port),
                      "spark-internal"],
-            env={**env, "HADOOP_USER_NAME": "lake"},
+            env={**env, "HADOOP_USER_NAME": "lake", "LAKE_THRIFT_USERS_FILE": str(thrift_users_path(settings))},
             start_secs=60,  # HiveServer2 fails on the metastore or its port after the Spark driver is up
         ),),
         ports=(settings.thrift_port, settings.thrift_driver_port, settings.thrift_block_manager_port),
@@ -538,6 +552,8 @@ def template_values(settings: Settings) -> dict[str, str]:
         "CONNECT_PORT": str(settings.connect_port),
         "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
         "SECRETS_DIR": str(settings.state_dir / "secrets"),
+        **kafka_auth.server_template_values(settings),
+        "CONNECT_REST_USERS_FILE": str(kafka_auth.connect_rest_users_path(settings)),
     }
 
 
@@ -552,6 +568,24 @@ def render_configs(settings: Settings) -> None:
     # Connect reads credentials through its FileConfigProvider from here.
     write_private(settings.state_dir / "secrets" / "postgres.properties",
                   f"cdc.user={settings.cdc_user}\ncdc.password={settings.cdc_password}\n")
+    for path, text in kafka_auth.connect_secret_files(settings).items():
+        write_private(path, text)
+    write_private(thrift_users_path(settings), f"{THRIFT_USER}={settings.thrift_password}\n")
+    write_private(thrift_password_path(settings), settings.thrift_password)
+
+
+#: The Thrift server's (JDBC) user; its password is ``LAKE_THRIFT_PASSWORD``.
+THRIFT_USER = "lake"
+
+
+def thrift_users_path(settings: Settings) -> Path:
+    """``user=password`` lines that ``infra/thrift/LakeThriftAuth.java`` checks logins against (0600)."""
+    return settings.state_dir / "secrets" / "thrift-users.properties"
+
+
+def thrift_password_path(settings: Settings) -> Path:
+    """The password alone (0600), for ``beeline -w <file>``: no password on a command line."""
+    return settings.state_dir / "secrets" / "thrift-password"
 
 
 def check_artifacts(settings: Settings) -> None:
@@ -561,4 +595,4 @@ def check_artifacts(settings: Settings) -> None:
     jar_group_dir(settings, "spark")
     minio_binary(settings)
     java_bin()
-    build_metastore_launcher(settings)
+    build_java_classes(settings)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.contracts.tables import lake_table
 from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
@@ -116,33 +117,47 @@ def query_id(spark: SparkSession, name: str) -> str:
 KAFKA_FETCH_MAX_WAIT_MS = 20
 
 
+def kafka_source(spark: SparkSession, settings: Settings, subscription: tuple[str, str], max_offsets: int,
+                 max_records_per_task: int | None = None) -> DataFrame:
+    """The lake's Kafka as a streaming source, logged in as ``lake_stream`` (SASL; :mod:`spark_jobs.kafka_auth`).
+
+    Bounded batches (``maxOffsetsPerTrigger``) and ``failOnDataLoss``: bronze is the archive, silently skipping
+    lost offsets would lose data. ``max_records_per_task`` splits a topic partition's range of a batch into
+    Spark tasks of at most that many records (Kafka source option ``maxRecordsPerPartition``).
+    """
+    reader = spark.readStream.format("kafka").options(**kafka_auth.spark_source_options(settings))
+    if max_records_per_task is not None:
+        reader = reader.option("maxRecordsPerPartition", str(max_records_per_task))
+    return (reader
+            .option(*subscription)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", max_offsets)
+            .option("failOnDataLoss", "true")
+            # A micro-batch reads its offset range to the end of each partition; there the broker holds the
+            # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data. Measured here (a Spark
+            # batch read of 5,000 events + toArrow): 1.3 s with the default, 0.42 s with 20 ms.
+            .option("kafka.fetch.max.wait.ms", str(KAFKA_FETCH_MAX_WAIT_MS))
+            .load())
+
+
+def require_topic(settings: Settings, topic: str, timeout: float = 15.0) -> None:
+    """Fail with the fix when ``topic`` is missing: the stream may read topics, not create them (its ACLs)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka_auth.client_conf(settings, "stream"))
+    if topic not in admin.list_topics(timeout=timeout).topics:
+        raise RuntimeError(f"Kafka topic {topic} does not exist at {settings.kafka_bootstrap} (or principal "
+                           f"{kafka_auth.user('stream')} may not describe it); `lake stack up` creates it")
+
+
 def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscription: tuple[str, str],
                       max_offsets: int, trigger_seconds: int, process: Any,
                       max_records_per_task: int | None = None) -> StreamingQuery:
-    """Start query ``name``: Kafka (``subscription`` = ("subscribe" | "subscribePattern", value)) -> foreachBatch.
-
-    Bounded batches (``maxOffsetsPerTrigger``), one checkpoint per query, and
-    ``failOnDataLoss``: bronze is the archive, silently skipping lost offsets would lose data.
-    ``max_records_per_task`` splits a topic partition's range of a batch into Spark tasks of at most
-    that many records (Kafka source option ``maxRecordsPerPartition``): the batch's records reach the
-    driver task by task, so the JVM heap holds a few tasks' results, not the whole batch.
-    """
+    """Start query ``name``: :func:`kafka_source` (``subscription`` = ("subscribe" | "subscribePattern", value))
+    -> foreachBatch, one checkpoint per query."""
     from spark_jobs.io import checkpoint_location
 
-    reader = spark.readStream.format("kafka")
-    if max_records_per_task is not None:
-        reader = reader.option("maxRecordsPerPartition", str(max_records_per_task))
-    source = (reader
-              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-              .option(*subscription)
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", max_offsets)
-              .option("failOnDataLoss", "true")
-              # A micro-batch reads its offset range to the end of each partition; there the broker holds the
-              # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data. Measured here (a Spark
-              # batch read of 5,000 events + toArrow): 1.3 s with the default, 0.42 s with 20 ms.
-              .option("kafka.fetch.max.wait.ms", str(KAFKA_FETCH_MAX_WAIT_MS))
-              .load())
+    source = kafka_source(spark, settings, subscription, max_offsets, max_records_per_task)
     return (source.writeStream.queryName(name)
             .foreachBatch(process)
             .option("checkpointLocation", checkpoint_location(settings, name))

@@ -405,22 +405,14 @@ def _nullable(schema: StructType) -> StructType:
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
-    """Create the events tables and topic, then start ``lake_events``."""
-    from spark_jobs.events_producer import ensure_topic
+    """Create the events tables, then start ``lake_events`` (its topic must exist: ``lake stack up`` makes it)."""
     from spark_jobs.io import checkpoint_location
-    from spark_jobs.streaming.common import KAFKA_FETCH_MAX_WAIT_MS
+    from spark_jobs.streaming.common import kafka_source, require_topic
 
-    ensure_topic(settings.kafka_bootstrap, TOPIC)
+    require_topic(settings, TOPIC)
     app = EventsApp(spark, settings)
     app.ensure_tables()
-    source = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-              .option("subscribe", TOPIC)
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", settings.events_max_offsets_per_trigger)
-              .option("failOnDataLoss", "true")
-              .option("kafka.fetch.max.wait.ms", str(KAFKA_FETCH_MAX_WAIT_MS))
-              .load())
+    source = kafka_source(spark, settings, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger)
     # The state store provider is recorded in the checkpoint at the first start (Spark's OffsetSeqMetadata
     # keeps it with spark.sql.shuffle.partitions), and the query runs on a clone of the session taken at
     # start(): set it for this query only, so the other queries of the driver keep theirs.

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import psycopg2
 import pytest
 
+from spark_jobs import kafka_auth
 from spark_jobs.loadgen.cdc.runner import run as run_loadgen
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health, supervisor
@@ -123,7 +124,7 @@ def test_connect_worker_sigkilled_during_load(cdc: Settings) -> None:
 def test_malformed_record_is_quarantined_and_the_app_keeps_applying(cdc: Settings) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": cdc.kafka_bootstrap})
+    producer = Producer(kafka_auth.client_conf(cdc, "tools"))
     marker = f"not json {time.time_ns()}".encode()
     producer.produce("shop.public.customers", key=b'{"payload": {"customer_id": 1}}', value=marker)
     producer.produce("shop.public.customers", key=b"k", value=b'{"payload": {"op": "u"}}')
@@ -218,7 +219,7 @@ def test_poison_records_are_quarantined_and_the_stream_keeps_running(cdc: Settin
                (b'{"customer_id": -424243}', forged_delete(-424243, "we`ird")),
                (b'{"customer_id": -424244}', forged_delete(-424244, "gift note"))]
     offsets: list[tuple[int, int]] = []  # (partition, offset): the topic has LAKE_KAFKA_TOPIC_PARTITIONS
-    producer = Producer({"bootstrap.servers": cdc.kafka_bootstrap})
+    producer = Producer(kafka_auth.client_conf(cdc, "tools"))
     for key, value in records:
         producer.produce("shop.public.customers", key=key, value=value,
                          on_delivery=lambda err, msg: offsets.append(

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from spark_jobs import kafka_auth
 from spark_jobs.connectors import apply, connector_status
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health
@@ -16,7 +17,7 @@ def _snapshot_events(stack: Settings, topic: str, want: int, timeout: float = 12
     """Snapshot reads (op=r) of ``topic``; other events (and non-JSON records other tests inject) are skipped."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "group.id": f"it-{time.time_ns()}",
+    consumer = Consumer({**kafka_auth.client_conf(stack, "tools"), "group.id": f"it-{time.time_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     out: list[dict[str, Any]] = []
@@ -60,7 +61,7 @@ def test_apply_registers_shop_connector_and_snapshot_arrives(stack: Settings) ->
 def test_connector_config_never_shows_the_password(stack: Settings) -> None:
     apply(stack)
     for path in ("/connectors/shop-postgres", "/connectors/shop-postgres/config"):
-        body = json.dumps(health.http_json(f"{stack.connect_url}{path}"))
+        body = json.dumps(health.http_json(f"{stack.connect_url}{path}", headers=kafka_auth.connect_rest_headers(stack)))
         assert stack.cdc_password not in body
         assert "${file:" in body
     status = run_lake("connectors", "status", "--json")

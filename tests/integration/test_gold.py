@@ -19,6 +19,7 @@ import pytest
 
 from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import Settings
+from spark_jobs.stack.services import THRIFT_USER, thrift_password_path
 from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, write_history
 
 DAYS = 7
@@ -152,7 +153,7 @@ def test_gold_is_readable_over_jdbc_and_lake_sql(gold: Settings) -> None:
     assert int(via_sql[0]["c"]) > 0
     beeline = subprocess.run(
         [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{gold.host}:{gold.thrift_port}/default",
-         "-n", "lake", "--outputformat=csv2", "-e",
+         "-n", THRIFT_USER, "-w", str(thrift_password_path(gold)), "--outputformat=csv2", "-e",
          f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'"],
         capture_output=True, text=True, timeout=300, check=False)
     assert beeline.returncode == 0, beeline.stderr[-2000:]

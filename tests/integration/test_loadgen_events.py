@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import check_record, parse_event_time
 from spark_jobs.loadgen.events import BAD_KINDS, LATE_SPLIT_S, event_ids_digest
 from spark_jobs.settings import Settings, load_settings
@@ -31,7 +32,7 @@ def kafka() -> Iterator[Settings]:
     from confluent_kafka.admin import AdminClient
 
     settings = load_settings()
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
     try:
         admin.list_topics(timeout=10)
     except Exception as exc:
@@ -47,14 +48,14 @@ def topics(kafka: Settings) -> Iterator[list[str]]:
     made: list[str] = []
     yield made
     if made:
-        admin = AdminClient({"bootstrap.servers": kafka.kafka_bootstrap})  # keep it alive until the futures resolve
+        admin = AdminClient(kafka_auth.client_conf(kafka, "tools"))  # keep it alive until the futures resolve
         futures = admin.delete_topics(made, operation_timeout=30)
         for f in futures.values():
             f.result(60)
 
 
 def loadgen(settings: Settings, topics: list[str], tmp: Path, *extra: str) -> tuple[dict[str, Any], str]:
-    topic = f"test.loadgen-events.{uuid.uuid4().hex[:10]}"
+    topic = f"events.test-loadgen-{uuid.uuid4().hex[:10]}"  # lake_producer may write events.* only
     topics.append(topic)
     manifest = tmp / f"{topic}.json"
     # "--": the CLI hands everything after the sub-command to the loadgen verbatim.
@@ -67,7 +68,7 @@ def consume(settings: Settings, topic: str, ranges: dict[str, list[int]]) -> lis
     """Every record in the manifest's offset ranges: (partition, offset, value, kafka timestamp)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"test-{uuid.uuid4().hex}",
+    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": f"test-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, int(p), lo) for p, (lo, _) in ranges.items()])
     want = {int(p): hi for p, (_, hi) in ranges.items()}

@@ -15,7 +15,7 @@ import pytest
 
 from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.services import airflow_env, base_env
+from spark_jobs.stack.services import THRIFT_USER, airflow_env, base_env, thrift_password_path
 from tests.integration.conftest import run_lake
 
 
@@ -38,7 +38,8 @@ def test_smoke_job_writes_delta_table_seen_by_other_processes(stack: Settings) -
     # The Thrift server (JDBC clients) sees the same table.
     beeline = subprocess.run(
         [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{stack.host}:{stack.thrift_port}/default",
-         "-n", "lake", "--outputformat=csv2", "-e", f"SELECT count(*) AS c FROM ops.smoke WHERE run_id = '{run_id}'"],
+         "-n", THRIFT_USER, "-w", str(thrift_password_path(stack)),
+         "--outputformat=csv2", "-e", f"SELECT count(*) AS c FROM ops.smoke WHERE run_id = '{run_id}'"],
         capture_output=True, text=True, timeout=300, check=False)
     assert beeline.returncode == 0, beeline.stderr[-2000:]
     assert beeline.stdout.split()[-2:] == ["c", "7"], beeline.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, Settings
 from spark_jobs.stack import health
 from tests.integration.conftest import run_lake
@@ -47,7 +48,8 @@ def test_second_up_is_a_noop(stack: Settings) -> None:
 
 def test_kafka_round_trip_and_connect_has_debezium(stack: Settings) -> None:
     assert health.kafka(stack) == (True, "produce/consume round trip ok")
-    plugins = health.http_json(f"{stack.connect_url}/connector-plugins")
+    plugins = health.http_json(f"{stack.connect_url}/connector-plugins",
+                               headers=kafka_auth.connect_rest_headers(stack))
     assert health.DEBEZIUM_PG_CLASS in {p["class"] for p in plugins}
 
 
@@ -101,14 +103,14 @@ def test_no_secret_is_committed(stack: Settings) -> None:
 
 def test_port_taken_by_another_program_is_a_clear_error(stack: Settings, tmp_path: Path) -> None:
     with socket.socket() as blocker:
-        blocker.bind(("127.0.0.1", 0))
+        blocker.bind((stack.host, 0))
         blocker.listen()
         port = blocker.getsockname()[1]
-        env = {"LAKE_STATE_DIR": str(tmp_path / "st"), "LAKE_PG_PORT": str(port)}
+        env = {"LAKE_STATE_DIR": str(tmp_path / "st"), "LAKE_HOST": stack.host, "LAKE_PG_PORT": str(port)}
         try:
             proc = run_lake("stack", "up", "postgres", env=env, check=False, timeout=120)
         finally:
             run_lake("stack", "down", env=env, check=False, timeout=120)
     assert proc.returncode == 2
-    assert f"port {port} on 127.0.0.1 is taken by pid" in proc.stderr
+    assert f"port {port} on {stack.host} is taken by pid" in proc.stderr
     assert "set LAKE_PG_PORT to a free port" in proc.stderr

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs import kafka_auth
 from spark_jobs.connectors import format_bytes, slot_warnings
 from spark_jobs.settings import Settings, load_settings
 
@@ -87,5 +88,5 @@ def test_an_unassigned_or_paused_task_is_named_with_what_to_do(settings: Setting
     [warning] = state_warnings(settings, "shop-postgres", failed)
     assert "task 0 FAILED: org.x.ConnectException: slot gone;" in warning
     assert state_warnings(settings, "shop-postgres", {"connector": {"state": "RUNNING"}, "tasks": []}) == [
-        "shop-postgres is RUNNING with no task: nothing is captured; curl -X POST "
+        f"shop-postgres is RUNNING with no task: nothing is captured; {kafka_auth.connect_curl(settings)} -X POST "
         f"'{settings.connect_url}/connectors/shop-postgres/restart?includeTasks=true'"]

@@ -180,3 +180,14 @@ def test_context_manager_flushes() -> None:
     with EventProducer(BOOTSTRAP, producer=client) as p:
         p.send_raw(b"1", b"x")
     assert p.stats.delivered == 1
+
+
+def test_the_lake_producer_logs_in_as_its_principal_and_names_its_topics(tmp_path: Any) -> None:
+    from spark_jobs.events_producer import ProducerError
+    from spark_jobs.settings import load_settings
+
+    settings = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_PRODUCER_PASSWORD": "producerPw0123"})
+    p = EventProducer(settings, producer=FakeProducer())
+    assert p.config["sasl.username"] == "lake_producer" and p.config["security.protocol"] == "SASL_PLAINTEXT"
+    with pytest.raises(ProducerError, match=r"may write events\.\* topics only; name it events\.<name>"):
+        EventProducer(settings, "test.other", producer=FakeProducer())

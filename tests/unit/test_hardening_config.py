@@ -19,7 +19,10 @@ SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3se
            "LAKE_AIRFLOW_ADMIN_PASSWORD": "airflowAdminPw123", "LAKE_AIRFLOW_SECRET_KEY": "airflowSecretKey123",
            "LAKE_SPARK_CONNECT_TOKEN": "sparkConnectToken123",
            "LAKE_PG_AIRFLOW_PASSWORD": "pgAirflowPw123", "LAKE_PG_METASTORE_PASSWORD": "pgMetastorePw123",
-           "LAKE_PG_APP_PASSWORD": "pgAppPw123"}
+           "LAKE_PG_APP_PASSWORD": "pgAppPw123", "LAKE_KAFKA_BROKER_PASSWORD": "kafkaBrokerPw123",
+           "LAKE_KAFKA_TOOLS_PASSWORD": "kafkaToolsPw123", "LAKE_KAFKA_CONNECT_PASSWORD": "kafkaConnectPw123",
+           "LAKE_KAFKA_STREAM_PASSWORD": "kafkaStreamPw123", "LAKE_KAFKA_PRODUCER_PASSWORD": "kafkaProducerPw123",
+           "LAKE_CONNECT_REST_PASSWORD": "connectRestPw123", "LAKE_THRIFT_PASSWORD": "thriftPw123"}
 
 
 @pytest.fixture
@@ -91,7 +94,7 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
     values = template_values(settings)
     root = Path(services.TEMPLATES)
     kafka = render_template((root / "kafka" / "server.properties").read_text(), values)
-    assert (f"listeners=PLAINTEXT://127.0.0.2:{settings.kafka_port},CONTROLLER://127.0.0.2:"
+    assert (f"listeners=SASL_PLAINTEXT://127.0.0.2:{settings.kafka_port},CONTROLLER://127.0.0.2:"
             f"{settings.kafka_controller_port}") in kafka
     assert "127.0.0.1" not in _settings_lines(kafka)
     connect = render_template((root / "connect" / "worker.properties").read_text(), values)
@@ -114,9 +117,9 @@ def _settings_lines(properties: str) -> str:
 
 def test_the_metastore_launcher_compiles(settings: Settings, tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path / "s"), "LAKE_CACHE_DIR": str(tmp_path / "cache")})
-    out = services.build_metastore_launcher(s)
+    out = services.build_java_classes(s)
     assert (out / "LakeMetaStore.class").is_file()
-    assert services.build_metastore_launcher(s) == out  # cached
+    assert services.build_java_classes(s) == out  # cached
 
 
 def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
@@ -142,3 +145,16 @@ def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
     top = 0o710 if os.geteuid() == 0 else 0o700
     for d in (settings.state_dir, settings.data_dir, settings.run_dir):
         assert stat.S_IMODE(d.stat().st_mode) == top, d
+
+
+def test_the_thrift_server_asks_for_a_password_from_a_private_file(settings: Settings) -> None:
+    thrift = next(p for s in services.services(settings) for p in s.programs if p.name == "thrift")
+    cmd = " ".join(thrift.command)
+    assert "spark.hive.server2.authentication=CUSTOM" in cmd
+    assert "-Dhive.server2.custom.authentication.class=LakeThriftAuth" in cmd
+    assert str(services.java_classes_dir(settings)) in cmd  # the compiled check is on the driver's class path
+    assert thrift.env["LAKE_THRIFT_USERS_FILE"] == str(services.thrift_users_path(settings))
+    services.render_configs(settings)
+    users, password = services.thrift_users_path(settings), services.thrift_password_path(settings)
+    assert users.read_text() == f"{services.THRIFT_USER}=thriftPw123\n" and password.read_text() == "thriftPw123"
+    assert users.stat().st_mode & 0o077 == 0 and password.stat().st_mode & 0o077 == 0

@@ -13,7 +13,7 @@ class Recorder:
     """Stands in for DataStreamReader/DataFrame/DataStreamWriter: records every option, returns itself."""
 
     def __init__(self) -> None:
-        self.options: dict[str, str] = {}
+        self.recorded: dict[str, str] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name == "writeStream":  # a property on a DataFrame
@@ -21,7 +21,9 @@ class Recorder:
 
         def call(*args: Any, **kwargs: Any) -> Recorder:
             if name == "option":
-                self.options[str(args[0])] = str(args[1])
+                self.recorded[str(args[0])] = str(args[1])
+            elif name == "options":
+                self.recorded.update({k: str(v) for k, v in kwargs.items()})
             return self
         return call
 
@@ -32,10 +34,10 @@ class FakeSpark:
 
 
 def _options(tmp_path: Path, **kwargs: Any) -> dict[str, str]:
-    settings = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    settings = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_STREAM_PASSWORD": "streamPw0123"})
     spark = FakeSpark()
     start_kafka_query(spark, settings, "q", ("subscribe", "t"), 100, 1, lambda df, i: None, **kwargs)  # type: ignore[arg-type]
-    return spark.readStream.options
+    return spark.readStream.recorded
 
 
 def test_backlog_batches_are_split_into_bounded_tasks_when_asked(tmp_path: Path) -> None:
@@ -48,3 +50,11 @@ def test_backlog_batches_are_split_into_bounded_tasks_when_asked(tmp_path: Path)
 
 def test_without_a_task_bound_one_task_reads_each_topic_partition(tmp_path: Path) -> None:
     assert "maxRecordsPerPartition" not in _options(tmp_path)
+
+
+def test_the_queries_log_in_to_kafka_as_the_stream_principal(tmp_path: Path) -> None:
+    options = _options(tmp_path)
+    assert options["kafka.security.protocol"] == "SASL_PLAINTEXT"
+    assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert options["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                                 'username="lake_stream" password="streamPw0123";')
