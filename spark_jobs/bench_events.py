@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs import kafka_auth, stream_control
-from spark_jobs.bench import _percentile
+from spark_jobs.bench_cdc import percentile
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
@@ -133,10 +133,10 @@ def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
     """Seconds from produce time to the hot commit of its batch, per on-time event in ``ranges``."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.reconcile import _in_ranges
+    from spark_jobs.reconcile import in_ranges
     from spark_jobs.streaming.events import LEDGER, SILVER
 
-    silver = spark.table(SILVER).where(_in_ranges(F.col("_partition"), F.col("_offset"), ranges) & ~F.col("_late"))
+    silver = spark.table(SILVER).where(in_ranges(F.col("_partition"), F.col("_offset"), ranges) & ~F.col("_late"))
     ledger = spark.table(LEDGER).select(F.col("batch_id").alias("_batch_id"), "hot_committed_at")
     lat = silver.join(ledger, "_batch_id").select(
         (F.col("hot_committed_at").cast("double") - F.col("_kafka_timestamp").cast("double")).alias("s"))
@@ -204,9 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "target_rate": args.rate, "produced": steady["total_sent"],
             "produced_per_s": round(_produced_per_second(steady), 1),
             "landed_per_s": rates["landed_per_s"], "hot_per_s": rates["hot_per_s"],
-            "batches": len(rows), "batch_seconds_p50": round(_percentile([r.batch_seconds for r in rows], 0.5), 2),
+            "batches": len(rows), "batch_seconds_p50": round(percentile([r.batch_seconds for r in rows], 0.5), 2),
             "freshness_events": len(fresh),
-            "freshness_p50_s": round(_percentile(fresh, 0.5), 2), "freshness_p95_s": round(_percentile(fresh, 0.95), 2),
+            "freshness_p50_s": round(percentile(fresh, 0.5), 2), "freshness_p95_s": round(percentile(fresh, 0.95), 2),
             "freshness_max_s": round(max(fresh), 2) if fresh else None,
             "step_seconds_mean": step_means(rows),
         }

@@ -213,7 +213,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from spark_jobs import bench_dq
 
             return bench_dq.main(args.args)
-        from spark_jobs import bench
+        from spark_jobs import bench_cdc as bench
 
         return bench.main(args.args)
     if args.command == "gold":

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
+from spark_jobs.table_io import table_location
 
 if TYPE_CHECKING:
     import pyarrow as pa

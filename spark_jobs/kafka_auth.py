@@ -124,7 +124,8 @@ def server_template_values(settings: Settings) -> dict[str, str]:
     }
 
 
-def _bindings(acls: tuple[Acl, ...]) -> list[Any]:
+def acl_bindings(acls: tuple[Acl, ...]) -> list[Any]:
+    """``acls`` as confluent-kafka ``AclBinding`` objects, one per operation."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public API the stubs do not re-export
         AclBinding,
         AclOperation,
@@ -163,7 +164,7 @@ def ensure_principals(settings: Settings, timeout: float = 30.0) -> None:
                for p in ("tools", "connect", "stream", "producer")]
     for fut in admin.alter_user_scram_credentials(upserts, request_timeout=timeout).values():
         fut.result()
-    for fut in admin.create_acls(_bindings(ACLS), request_timeout=timeout).values():
+    for fut in admin.create_acls(acl_bindings(ACLS), request_timeout=timeout).values():
         fut.result()
 
 

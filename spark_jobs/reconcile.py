@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 BAD_KINDS = ("not_json", "wrong_type", "missing_field", "oversized")
 
 
-def _in_ranges(partition: Column, offset: Column, ranges: dict[int, tuple[int, int]] | None) -> Column:
+def in_ranges(partition: Column, offset: Column, ranges: dict[int, tuple[int, int]] | None) -> Column:
     from pyspark.sql import functions as F
 
     if ranges is None:
@@ -61,10 +61,10 @@ def ledger(spark: SparkSession, ranges: dict[int, tuple[int, int]] | None) -> di
     from spark_jobs.silver.events import parse_events
     from spark_jobs.streaming.events import BRONZE, QUARANTINE, SILVER
 
-    bronze = spark.table(BRONZE).where(_in_ranges(F.col("partition"), F.col("offset"), ranges)).persist()
+    bronze = spark.table(BRONZE).where(in_ranges(F.col("partition"), F.col("offset"), ranges)).persist()
     silver_all = spark.table(SILVER)
-    silver = silver_all.where(_in_ranges(F.col("_partition"), F.col("_offset"), ranges)).persist()
-    quarantine = spark.table(QUARANTINE).where(_in_ranges(F.col("partition"), F.col("offset"), ranges)).persist()
+    silver = silver_all.where(in_ranges(F.col("_partition"), F.col("_offset"), ranges)).persist()
+    quarantine = spark.table(QUARANTINE).where(in_ranges(F.col("partition"), F.col("offset"), ranges)).persist()
     coords = ["partition", "offset"]
     s_coords = silver.select(F.col("_partition").alias("partition"), F.col("_offset").alias("offset"))
     q_coords = quarantine.select(*coords)

@@ -162,7 +162,7 @@ class StepResult:
 
 def write(df: DataFrame, settings: Settings, step: str, interval: Interval, metadata: str | None = None) -> None:
     """Publish ``df`` as ``gold.<step>``: the interval's partitions (``replaceWhere``) or, for a dimension, whole."""
-    from spark_jobs.io import replace_partition, replace_table
+    from spark_jobs.table_io import replace_partition, replace_table
 
     name = f"gold.{step}"
     if step in PARTITION:

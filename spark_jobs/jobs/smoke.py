@@ -42,9 +42,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from spark_jobs.io import replace_partition
     from spark_jobs.session import build_session
     from spark_jobs.settings import load_settings
+    from spark_jobs.table_io import replace_partition
 
     args = _parse(sys.argv[1:] if argv is None else argv)
     settings = load_settings()

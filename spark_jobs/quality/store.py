@@ -1,7 +1,7 @@
 """Where validations land: ``ops.dq_results`` (one row per expectation) and ``quarantine.dq_<table>`` (rows moved).
 
 Both writes are idempotent per (run_id, table, task): a retry or a cleared task
-replaces its own rows (Delta ``replaceWhere`` through :mod:`spark_jobs.io`).
+replaces its own rows (Delta ``replaceWhere`` through :mod:`spark_jobs.table_io`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.io import replace_partition
 from spark_jobs.quality.runner import EXPECTATIONS_COLUMN, DqOutcome, utc_micros
+from spark_jobs.table_io import replace_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

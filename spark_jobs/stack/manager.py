@@ -139,9 +139,12 @@ def _prepare(settings: Settings, service: Service) -> None:
 
 
 def _after_start(settings: Settings, service: Service) -> None:
-    if service.name == "kafka":  # before Connect, the stream or a producer could auto-create a topic
+    if service.name == "kafka":
         from spark_jobs.kafka_topics import TopicError, ensure_retention
 
+        # Also on a running broker: a client password changed in .env or an ACL added by an upgrade applies now.
+        _retry_until_up(settings, service, lambda: kafka_auth.ensure_principals(settings),
+                        f"could not update the SASL principals and ACLs at {settings.kafka_bootstrap}")
         try:
             for line in ensure_retention(settings):
                 print(f"  kafka     {line}", flush=True)

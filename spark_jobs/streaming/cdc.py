@@ -41,7 +41,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
-from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import POSITION_COLUMNS, added_columns, quote_ident
 from spark_jobs.streaming.common import (
@@ -56,6 +55,7 @@ from spark_jobs.streaming.common import (
     status_path,
     write_json_atomic,
 )
+from spark_jobs.table_io import ensure_database, table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import kafka_auth
 from spark_jobs.contracts.tables import lake_table
-from spark_jobs.io import table_location
 from spark_jobs.settings import Settings
+from spark_jobs.table_io import table_location
 
 if TYPE_CHECKING:
 
@@ -155,7 +155,7 @@ def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscr
                       max_records_per_task: int | None = None) -> StreamingQuery:
     """Start query ``name``: :func:`kafka_source` (``subscription`` = ("subscribe" | "subscribePattern", value))
     -> foreachBatch, one checkpoint per query."""
-    from spark_jobs.io import checkpoint_location
+    from spark_jobs.table_io import checkpoint_location
 
     source = kafka_source(spark, settings, subscription, max_offsets, max_records_per_task)
     return (source.writeStream.queryName(name)

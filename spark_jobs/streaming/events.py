@@ -61,7 +61,6 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.contracts.events import TOPIC
 from spark_jobs.driver_delta import DriverTable
 from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
-from spark_jobs.io import ensure_database, table_location
 from spark_jobs.settings import Settings
 from spark_jobs.silver.events import check_events, checked_schema, valid_events
 from spark_jobs.streaming.common import (
@@ -74,6 +73,7 @@ from spark_jobs.streaming.common import (
     read_json,
     write_json_atomic,
 )
+from spark_jobs.table_io import ensure_database, table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -406,8 +406,8 @@ def _nullable(schema: StructType) -> StructType:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the events tables, then start ``lake_events`` (its topic must exist: ``lake stack up`` makes it)."""
-    from spark_jobs.io import checkpoint_location
     from spark_jobs.streaming.common import kafka_source, require_topic
+    from spark_jobs.table_io import checkpoint_location
 
     require_topic(settings, TOPIC)
     app = EventsApp(spark, settings)

@@ -20,6 +20,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    # Tests that stop and restart the shared stack go after every other test, whatever their file is called.
+    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
 
 
 @pytest.fixture(scope="session")

@@ -107,7 +107,7 @@ def test_no_acl_is_for_a_super_user_and_every_operation_exists() -> None:
     from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
     assert not {a.principal for a in kafka_auth.ACLS} & set(kafka_auth.SUPER_USERS)
-    assert len(kafka_auth._bindings(kafka_auth.ACLS)) == sum(len(a.operations) for a in kafka_auth.ACLS)
+    assert len(kafka_auth.acl_bindings(kafka_auth.ACLS)) == sum(len(a.operations) for a in kafka_auth.ACLS)
     for acl in kafka_auth.ACLS:
         for op in acl.operations:
             assert op in AclOperation.__members__

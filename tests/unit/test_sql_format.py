@@ -6,9 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.io import split_table, table_location
 from spark_jobs.settings import load_settings
 from spark_jobs.sql import format_rows, split_statements
+from spark_jobs.table_io import split_table, table_location
 
 
 def test_split_statements_respects_quotes_and_comments() -> None:

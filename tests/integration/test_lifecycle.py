@@ -1,4 +1,5 @@
-"""Runs last (file order): down leaves nothing behind; up again keeps the data.
+"""Runs last (marked ``runs_last``; the integration conftest orders it): down leaves nothing behind; up again
+keeps the data.
 
 Restarting from existing state is what an operator does every day; the lake's
 tables must survive it and no process may linger after ``lake stack down``.
@@ -9,12 +10,14 @@ from __future__ import annotations
 import json
 
 import psutil
+import pytest
 
 from spark_jobs.settings import Settings
 from spark_jobs.stack.manager import PORT_SETTING, _port_in_use
 from tests.integration.conftest import run_lake
 
 
+@pytest.mark.runs_last
 def test_down_leaves_no_process_and_up_restores_the_lake(stack: Settings) -> None:
     before = json.loads(run_lake("sql", "-e", "SELECT count(*) AS c FROM ops.smoke", "--format", "json").stdout)
     assert before["c"] > 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.bench import _percentile
+from spark_jobs.bench_cdc import percentile
 from spark_jobs.bench_events import _produced_per_second
 
 
@@ -22,9 +22,9 @@ def test_produced_per_second_without_elapsed_is_nan_not_a_made_up_rate() -> None
 
 def test_percentile_picks_the_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert _percentile(values, 0.5) == 51.0
-    assert _percentile(values, 0.95) == 95.0
-    assert math.isnan(_percentile([], 0.5))
+    assert percentile(values, 0.5) == 51.0
+    assert percentile(values, 0.95) == 95.0
+    assert math.isnan(percentile([], 0.5))
 
 
 @pytest.mark.parametrize("report", [
@@ -35,7 +35,8 @@ def test_percentile_picks_the_nearest_rank() -> None:
 ])
 def test_bench_cdc_refuses_to_start_without_a_running_connector(monkeypatch: pytest.MonkeyPatch,
                                                                 report: list[dict[str, Any]]) -> None:
-    from spark_jobs import bench, connectors
+    from spark_jobs import bench_cdc as bench
+    from spark_jobs import connectors
     from spark_jobs.settings import load_settings
 
     monkeypatch.setattr(connectors, "status_report", lambda _settings: report)
@@ -44,7 +45,8 @@ def test_bench_cdc_refuses_to_start_without_a_running_connector(monkeypatch: pyt
 
 
 def test_bench_cdc_starts_with_a_running_connector(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_jobs import bench, connectors
+    from spark_jobs import bench_cdc as bench
+    from spark_jobs import connectors
     from spark_jobs.settings import load_settings
 
     monkeypatch.setattr(connectors, "status_report",

@@ -44,7 +44,7 @@ from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
@@ -227,8 +227,8 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
         "applied_per_s_until_caught_up": round(captured / applied_s, 1) if ok else None,
         "caught_up": ok,
         "latency_rows": len(lat),
-        "latency_p50_s": round(_percentile(lat, 0.50), 2),
-        "latency_p95_s": round(_percentile(lat, 0.95), 2),
+        "latency_p50_s": round(percentile(lat, 0.50), 2),
+        "latency_p95_s": round(percentile(lat, 0.95), 2),
         "latency_max_s": round(max(lat), 2) if lat else None,
     }
     print("bench: steady " + json.dumps(steady), flush=True)
@@ -264,7 +264,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     print("bench: catch-up " + json.dumps(catch_up), flush=True)
     query_s = _silver_query_seconds(spark)
     print(f"bench: SELECT count(*), sum(total) FROM silver.orders: {query_s}", flush=True)
-    p95 = _percentile(lat, 0.95)
+    p95 = percentile(lat, 0.95)
     ratios = {
         "latency_p95_vs_target_5s": round(p95 / 5.0, 2) if lat else None,
         "applied_vs_committed": round((captured / applied_s) / (report.total_changes / load_s), 2) if ok else None,
