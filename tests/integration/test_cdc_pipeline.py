@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg2
 import pytest
@@ -52,9 +53,18 @@ def test_silver_equals_postgres_after_seeded_load(cdc: Settings, seed: int) -> N
     wait_and_verify_cdc()
 
 
+def _running_info(settings: Settings, program: str, timeout: float = 120) -> dict[str, Any]:
+    """``program``'s supervisor info once it is RUNNING (`lake stream start` returns while it is STARTING)."""
+    deadline = time.monotonic() + timeout
+    while (info := supervisor.program_info(settings, program) or {}).get("statename") == "STARTING" \
+            and time.monotonic() < deadline:
+        time.sleep(1)
+    assert info.get("statename") == "RUNNING", f"{program} not running: {info}"
+    return info
+
+
 def _kill(settings: Settings, program: str) -> int:
-    info = supervisor.program_info(settings, program)
-    assert info and info["statename"] == "RUNNING", f"{program} not running: {info}"
+    info = _running_info(settings, program)
     pid = int(info["pid"])
     # The whole process group: for the streaming app that is the Python driver
     # and its Spark JVM, as when a machine dies.
@@ -76,11 +86,7 @@ def _wait_running(settings: Settings, program: str, old_pid: int, timeout: float
 
 def test_a_second_driver_is_refused_naming_the_running_one(cdc: Settings) -> None:
     """`lake stream run` beside the supervised app: refused before Spark starts (one writer per checkpoint)."""
-    deadline = time.monotonic() + 120  # `lake stream start` returns while supervisord still says STARTING
-    while (info := supervisor.program_info(cdc, "stream") or {}).get("statename") == "STARTING" \
-            and time.monotonic() < deadline:
-        time.sleep(1)
-    assert info.get("statename") == "RUNNING", info
+    info = _running_info(cdc, "stream")
     second = run_lake("stream", "run", check=False, timeout=120)
     assert second.returncode == 3, second.stdout[-2000:] + second.stderr[-2000:]
     assert f"pid {info['pid']}" in second.stderr and "supervised app" in second.stderr, second.stderr
