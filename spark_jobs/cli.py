@@ -320,7 +320,9 @@ def _stream(args: argparse.Namespace) -> int:
 
 
 def _print_welcome(settings: object) -> None:
+    from spark_jobs import kafka_auth
     from spark_jobs.settings import Settings
+    from spark_jobs.stack.services import THRIFT_USER, thrift_password_path
 
     assert isinstance(settings, Settings)
     print(
@@ -328,11 +330,11 @@ def _print_welcome(settings: object) -> None:
         f"  Airflow UI     {settings.airflow_url}  (user {settings.airflow_admin_user}, password: "
         f"LAKE_AIRFLOW_ADMIN_PASSWORD in {settings.state_dir / '.env'})\n"
         f"  Kafka          {settings.kafka_bootstrap}  (SASL/SCRAM: LAKE_KAFKA_*_PASSWORD; README, Kafka security)\n"
-        f"  Connect REST   {settings.connect_url}  (curl -K {settings.state_dir / 'secrets' / 'connect-rest.curl'})\n"
+        f"  Connect REST   {settings.connect_url}  ({kafka_auth.connect_curl(settings)})\n"
         f"  MinIO (S3)     {settings.s3_endpoint}  console http://{settings.host}:{settings.minio_console_port}\n"
         f"  Metastore      {settings.metastore_uri}\n"
-        f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user lake, password "
-        f"LAKE_THRIFT_PASSWORD; beeline -w {settings.state_dir / 'secrets' / 'thrift-password'})\n"
+        f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user {THRIFT_USER}, password "
+        f"LAKE_THRIFT_PASSWORD; beeline -w {thrift_password_path(settings)})\n"
         f"  Logs           {settings.log_dir}\n"
         "  Try: lake sql -e 'SHOW DATABASES'   |   lake stack status",
         flush=True,
