@@ -11,9 +11,10 @@ import sys
 import time
 import xmlrpc.client
 from dataclasses import dataclass, field
-from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
+
+from supervisor.xmlrpc import SupervisorTransport
 
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
@@ -131,32 +132,13 @@ def _shell_word(word: str) -> str:
     return safe
 
 
-class _UnixHTTPConnection(HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost")
-        self._path = path
-
-    def connect(self) -> None:
-        import socket
-
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(30)
-        sock.connect(self._path)
-        self.sock = sock
-
-
-class _UnixTransport(xmlrpc.client.Transport):
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self._path = path
-
-    def make_connection(self, host: Any) -> HTTPConnection:
-        return _UnixHTTPConnection(self._path)
-
-
 def rpc(settings: Settings) -> Any:
-    """XML-RPC proxy to the running supervisord."""
-    transport = _UnixTransport(str(socket_path(settings)))
+    """XML-RPC proxy to the running supervisord, through supervisor's own Unix-socket transport.
+
+    That transport sets no socket timeout; every call we make returns at once (starts and stops are requested
+    with ``wait=False`` and polled), so only a hung supervisord could block it.
+    """
+    transport = SupervisorTransport(serverurl=f"unix://{socket_path(settings)}")
     return xmlrpc.client.ServerProxy("http://localhost", transport=transport).supervisor
 
 
@@ -313,10 +295,8 @@ STOPPED_STATES = ("STOPPED", "EXITED", "FATAL")
 def stop_program(settings: Settings, name: str, timeout: float = 180, poll: float = 0.5) -> None:
     """Stop program ``name`` and wait until it has stopped.
 
-    Polls instead of ``stopProcess(name, wait=True)``: that call blocks for up
-    to the program's ``stopwaitsecs`` (120 s for the streaming app, which
-    finishes its batch first), longer than the RPC socket's 30 s timeout, and
-    ended in a bare ``TimeoutError``.
+    Polls instead of ``stopProcess(name, wait=True)``, which blocks the RPC for up to the program's
+    ``stopwaitsecs`` (120 s for the streaming app, which finishes its batch first) with no progress to show.
     """
     try:
         rpc(settings).stopProcess(name, False)
