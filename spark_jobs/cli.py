@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.umask(0o077)
     from spark_jobs.connectors import ConnectorError
     from spark_jobs.quality.suites import SuiteError
-    from spark_jobs.stack.supervisor import StackError
+    from spark_jobs.stack.errors import StackError
 
     try:
         return _dispatch(args)
@@ -322,7 +322,7 @@ def _stream(args: argparse.Namespace) -> int:
 def _print_welcome(settings: object) -> None:
     from spark_jobs import kafka_auth
     from spark_jobs.settings import Settings
-    from spark_jobs.stack.services import THRIFT_USER, thrift_password_path
+    from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
 
     assert isinstance(settings, Settings)
     print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -18,14 +19,13 @@ from supervisor.xmlrpc import SupervisorTransport
 
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
+from spark_jobs.stack.errors import StackError
 from spark_jobs.stack.services import Program, Service, stream_program
+
+log = logging.getLogger(__name__)
 
 # sockaddr_un.sun_path is 108 bytes on Linux.
 _MAX_SOCKET_PATH = 100
-
-
-class StackError(RuntimeError):
-    """Something about the stack a person has to act on; the message says what."""
 
 
 def conf_path(settings: Settings) -> Path:
@@ -153,7 +153,7 @@ def daemon_pid(settings: Settings) -> int | None:
         pid = -1
     alive = pid > 0 and _is_supervisord(pid)
     if not alive:
-        print(f"  removing stale supervisord pid file {pidfile} (pid {pid} is not running)", flush=True)
+        log.info(f"  removing stale supervisord pid file {pidfile} (pid {pid} is not running)")
         pidfile.unlink(missing_ok=True)
         socket_path(settings).unlink(missing_ok=True)
         return None
@@ -205,7 +205,7 @@ def _apply_config_changes(settings: Settings) -> None:
     for name in changed:
         info = program_info(settings, name)
         if info and info.get("statename") in {"RUNNING", "STARTING"}:
-            print(f"  note: {name}'s configuration changed; `lake stack down && lake stack up` applies it", flush=True)
+            log.info(f"  note: {name}'s configuration changed; `lake stack down && lake stack up` applies it")
             continue
         api.removeProcessGroup(name)
         api.addProcessGroup(name)

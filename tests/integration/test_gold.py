@@ -19,7 +19,7 @@ import pytest
 
 from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import Settings
-from spark_jobs.stack.services import THRIFT_USER, thrift_password_path
+from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
 from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, write_history
 
 DAYS = 7

@@ -150,7 +150,7 @@ def test_the_thrift_server_refuses_a_wrong_login(stack: Settings, user: str, pas
     import subprocess
 
     from spark_jobs.jars import pyspark_home
-    from spark_jobs.stack.services import thrift_password_path
+    from spark_jobs.stack.configs import thrift_password_path
 
     def beeline(login: str, password_file: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -15,7 +15,8 @@ import pytest
 
 from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.services import THRIFT_USER, airflow_env, base_env, thrift_password_path
+from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
+from spark_jobs.stack.services import airflow_env, base_env
 from tests.integration.conftest import run_lake
 
 
