@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -134,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.args = rest
     # What lake writes (state dir, reports, Spark's local files) is the user's alone, like the stack's programs.
     os.umask(0o077)
+    # Library code logs; the user sees its INFO lines as plain output (stack/ progress lines).
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     from spark_jobs.connectors import ConnectorError
     from spark_jobs.quality.suites import SuiteError
     from spark_jobs.stack.errors import StackError

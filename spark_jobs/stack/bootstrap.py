@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -139,14 +140,14 @@ def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
     home.mkdir(parents=True, exist_ok=True)
     # SimpleAuthManager reads this file; it generates only for users missing here.
     write_private(home / "passwords.json", json.dumps({settings.airflow_admin_user: settings.airflow_admin_password}))
-    import airflow
-
+    # The installed version, without importing airflow (its import reconfigures this process's logging).
+    version = importlib.metadata.version("apache-airflow")
     full_env = {**os.environ, **env}
     stamp = home / ".migrated"
-    if not (stamp.exists() and stamp.read_text().strip() == airflow.__version__):
+    if not (stamp.exists() and stamp.read_text().strip() == version):
         log.info("  migrating the Airflow metadata database (first start takes a minute)")
         run_tool([str(venv_bin() / "airflow"), "db", "migrate"], "airflow db migrate", env=full_env)
-        stamp.write_text(airflow.__version__)
+        stamp.write_text(version)
 
 
 #: One slot per gold table: two DAG runs (scheduled or backfill) never write the same Delta table at once

@@ -9,13 +9,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import xmlrpc.client
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from supervisor.xmlrpc import SupervisorTransport
+from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 # sockaddr_un.sun_path is 108 bytes on Linux.
 _MAX_SOCKET_PATH = 100
+
+
+class _NotYet(Exception):
+    """supervisord answers but is not RUNNING yet."""
 
 
 def conf_path(settings: Settings) -> Path:
@@ -182,15 +186,15 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
     if proc.returncode != 0:
         detail = proc.stderr.strip() or proc.stdout.strip()
         raise StackError(f"supervisord failed to start ({' '.join(cmd)}): {detail}")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if rpc(settings).getState()["statename"] == "RUNNING":
-                return
-        except (OSError, xmlrpc.client.Error):
-            pass
-        time.sleep(0.2)
-    raise StackError(f"supervisord did not come up; see {settings.log_dir / 'supervisord.log'}")
+    try:
+        for attempt in Retrying(stop=stop_after_delay(20), wait=wait_fixed(0.2), reraise=True,
+                                retry=retry_if_exception_type((OSError, xmlrpc.client.Error, _NotYet))):
+            with attempt:
+                if rpc(settings).getState()["statename"] != "RUNNING":
+                    raise _NotYet
+    except (OSError, xmlrpc.client.Error, _NotYet) as exc:
+        raise StackError(f"supervisord did not come up within 20 s ({exc!r}); "
+                         f"see {settings.log_dir / 'supervisord.log'}") from exc
 
 
 def _apply_config_changes(settings: Settings) -> None:
@@ -304,15 +308,13 @@ def stop_program(settings: Settings, name: str, timeout: float = 180, poll: floa
         if "NOT_RUNNING" not in fault.faultString:
             raise
         return
-    deadline = time.monotonic() + timeout
-    state = "STOPPING"
-    while time.monotonic() < deadline:
-        state = str(rpc(settings).getProcessInfo(name)["statename"])
-        if state in STOPPED_STATES:
-            return
-        time.sleep(poll)
-    raise StackError(f"{name} is still {state} {timeout:.0f}s after the stop request; supervisord kills it "
-                     f"after its stop wait; see {settings.log_dir}")
+    state = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(poll),
+                     retry=retry_if_result(lambda st: st not in STOPPED_STATES),
+                     retry_error_callback=lambda rs: rs.outcome.result() if rs.outcome else "STOPPING",
+                     )(lambda: str(rpc(settings).getProcessInfo(name)["statename"]))
+    if state not in STOPPED_STATES:
+        raise StackError(f"{name} is still {state} {timeout:.0f}s after the stop request; supervisord kills it "
+                         f"after its stop wait; see {settings.log_dir}")
 
 
 def shutdown(settings: Settings, timeout: float = 120) -> None:
@@ -324,9 +326,8 @@ def shutdown(settings: Settings, timeout: float = 120) -> None:
         rpc(settings).shutdown()
     except (OSError, xmlrpc.client.Error):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _is_supervisord(pid):
-        time.sleep(0.3)
-    if _is_supervisord(pid):
+    alive = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.3), retry=retry_if_result(bool),
+                     retry_error_callback=lambda rs: True)(_is_supervisord, pid)
+    if alive:
         raise StackError(f"supervisord (pid {pid}) did not exit within {timeout:.0f}s; see {settings.log_dir}")
     pid_path(settings).unlink(missing_ok=True)
