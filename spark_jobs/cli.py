@@ -345,5 +345,22 @@ def _print_welcome(settings: object) -> None:
     )
 
 
+def entry() -> int:
+    """The ``lake`` command: started by root, it first becomes the unprivileged service user
+    (:mod:`spark_jobs.stack.service_user`); then :func:`main`."""
+    if os.geteuid() == 0:
+        from spark_jobs.settings import load_settings
+        from spark_jobs.stack.errors import StackError
+        from spark_jobs.stack.service_user import run_as_service_user
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+        try:
+            run_as_service_user(load_settings())
+        except (StackError, SettingsError) as exc:
+            print(f"lake: {exc}", file=sys.stderr)
+            return 2
+    return main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

@@ -92,6 +92,8 @@ class Settings:
     pg_superuser: str
     pg_password: str
     pg_os_user: str
+    #: OS user every lake process switches to when started by root (spark_jobs.stack.service_user).
+    service_user: str
     pg_shop_db: str
     cdc_user: str
     cdc_password: str
@@ -285,13 +287,15 @@ class Settings:
 # str.format(**resolved) once those are resolved (order matters).
 _DEFAULTS: dict[str, str] = {
     "state_dir": str(REPO_ROOT / ".lake"),
-    "cache_dir": str(Path.home() / ".cache" / "lakestream"),
+    # Root's home is private (0700): the service user must read the jars and binaries, so root's cache is shared.
+    "cache_dir": "/var/cache/lakestream" if os.geteuid() == 0 else str(Path.home() / ".cache" / "lakestream"),
     "host": "127.0.0.1",
     "pg_port": "15432",
     "pg_host": "{host}",
     "pg_superuser": "lake_admin",
     "pg_password": "",
     "pg_os_user": "postgres",
+    "service_user": "lake",
     "pg_shop_db": "shop",
     "cdc_user": "lake_cdc",
     "cdc_password": "",

@@ -60,7 +60,9 @@ def venv_bin() -> Path:
 def java_classes_dir(settings: Settings) -> Path:
     """Where :data:`JAVA_SOURCES` are compiled to (per sources and pyspark version)."""
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in JAVA_SOURCES) + str(pyspark_home()).encode())
-    return settings.cache_dir / "classes" / f"lake-java-{digest.hexdigest()[:16]}"
+    # In the state dir, not the shared artifact cache: compiled by `lake stack up`, which may run as the
+    # service user (spark_jobs.stack.service_user), who cannot write root's cache.
+    return settings.state_dir / "java-classes" / f"lake-java-{digest.hexdigest()[:16]}"
 
 
 def build_java_classes(settings: Settings) -> Path:
