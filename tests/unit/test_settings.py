@@ -113,9 +113,9 @@ def test_malformed_env_file_names_file_and_line(tmp_path: Path) -> None:
 def test_settings_are_frozen(tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
     with pytest.raises(ValueError, match="frozen"):
-        s.pg_port = 1  # type: ignore[misc]
+        s.pg_port = 1
     with pytest.raises(ValueError, match="frozen"):
-        s.pg_password = "x"  # type: ignore[misc]
+        s.pg_password = "x"
     assert s.model_copy(update={"state_dir": tmp_path / "b"}).state_dir == tmp_path / "b"
 
 
