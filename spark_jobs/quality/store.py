@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.quality.runner import EXPECTATIONS_COLUMN, DqOutcome, utc_micros
+from spark_jobs.quality.outcome import EXPECTATIONS_COLUMN, DqOutcome
+from spark_jobs.quality.params import utc_micros
 from spark_jobs.table_io import replace_partition
 
 if TYPE_CHECKING:

@@ -35,13 +35,11 @@ from spark_jobs.contracts.events import (
     INT64_MIN,
     MAX_EVENT_BYTES,
     MAX_FUTURE_SECONDS,
-    ContractRules,
-    FieldRule,
     check_record,
-    field_rules,
     parse_event_time,
     parse_record,
 )
+from spark_jobs.contracts.events_rules import ContractRules, FieldRule, field_rules
 from spark_jobs.hot.events import epoch_micros, from_epoch_micros
 
 if TYPE_CHECKING:
