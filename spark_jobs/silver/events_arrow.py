@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from spark_jobs.arrow_py import py_values
+from spark_jobs.arrow_to_python import py_values
 from spark_jobs.contracts.events import (
     EVENT_TIME_RE,
     INT64_MAX,
