@@ -16,8 +16,8 @@ source position, snapshot rank, TOAST placeholder, added columns):
 
 Why Python and not ``from_json``: the rules (typed conversion with reasons per column,
 a Kafka-key fallback for the key, ``_extra`` for unknown columns, the position from
-``source.sequence``) are one pass here; measured earlier, Spark's ``from_json`` plus
-the checks cost ~13 s per 32,000 records on two cores, this parse ~1 s.
+``source.sequence``) are one pass here, an order of magnitude cheaper than ``from_json``
+plus the checks (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed
 
 
 def _loads(data: bytes | str) -> Any:
-    """Parse JSON; orjson (~3x faster on Debezium's schema-carrying envelopes), ``json`` for what it refuses.
+    """Parse JSON; orjson (faster on Debezium's envelopes), ``json`` for what it refuses.
 
     orjson refuses some valid JSON the stdlib reads (integers beyond 64 bits); the
     fallback keeps those records readable. Invalid JSON fails both (ValueError).

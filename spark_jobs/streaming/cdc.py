@@ -17,9 +17,8 @@ plans and commits; every record is handled in Spark tasks:
 4. when PostgreSQL gained a column, silver is widened (``ALTER TABLE ... ADD COLUMNS``, typed
    from the PostgreSQL catalog: the records carry no schema) and the batch parsed again;
 5. a progress file feeds ``lake stream status`` / ``lake stream wait``;
-6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` the tables it owns are compacted (OPTIMIZE, which
-   also folds deletion vectors back into files) and vacuumed, between batches, in this driver
-   (one writer per table).
+6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` the tables it owns are vacuumed between batches, in
+   this driver (one writer per table); Delta's auto compaction runs in the writes themselves.
 
 Exactly-once: appends carry a Delta transaction (``<query id>:<table>`` = batch id), so a
 batch replayed after a crash is appended once; the MERGE is guarded by the source

@@ -157,9 +157,8 @@ def kafka_source(spark: SparkSession, settings: Settings, subscription: tuple[st
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", max_offsets)
             .option("failOnDataLoss", "true")
-            # A micro-batch reads its offset range to the end of each partition; there the broker holds the
-            # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data. Measured here (a Spark
-            # batch read of 5,000 events + toArrow): 1.3 s with the default, 0.42 s with 20 ms.
+            # A micro-batch reads its offset range to the end of each partition, where the broker holds each
+            # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data (docs/benchmarks.md).
             .option("kafka.fetch.max.wait.ms", str(KAFKA_FETCH_MAX_WAIT_MS))
             .load())
 

@@ -3,21 +3,8 @@
 Every per-record step runs in Spark tasks; the driver plans, commits and keeps
 a few values (the late-data watermark, the last batch id).
 
-**The plan** (:func:`events_stream`, one streaming query, one Kafka read per
-micro-batch shared by two branches):
-
-* *raw*: every record as Kafka gave it (key, value, coordinates, timestamp):
-  what bronze keeps and what the ledger counts;
-* *checked*: the contract applied on the executors
-  (:func:`spark_jobs.silver.events.check_events`, ``mapInArrow``), then
-  de-duplicated by ``event_id`` in Spark's state store
-  (``dropDuplicatesWithinWatermark``, RocksDB provider) with a watermark on
-  the batch's ingest time: a re-send is dropped if it arrives within
-  ``LAKE_EVENTS_WATERMARK_MINUTES`` (to 2x that) of the first copy, and the
-  state forgets ids after that, so it holds rate x horizon ids at most and
-  survives restarts with the checkpoint. Rejects pass through (their key is
-  their Kafka coordinates). The ingest time never falls behind its own
-  watermark, so the operator drops no record as "late".
+The plan up to ``foreachBatch`` (one Kafka read per micro-batch, raw and
+checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.events_plan`.
 
 **Each micro-batch** (``foreachBatch``, :meth:`EventsApp.process`), on the
 persisted batch:

@@ -2,6 +2,21 @@
 
 Pure DataFrame -> DataFrame functions (the per-record work runs in Spark tasks);
 :mod:`spark_jobs.streaming.events` runs them and writes the tables.
+
+One streaming query, one Kafka read per micro-batch shared by two branches:
+
+* *raw*: every record as Kafka gave it (key, value, coordinates, timestamp):
+  what bronze keeps and what the ledger counts;
+* *checked*: the contract applied on the executors
+  (:func:`spark_jobs.silver.events.check_events`, ``mapInArrow``), then
+  de-duplicated by ``event_id`` in Spark's state store
+  (``dropDuplicatesWithinWatermark``, RocksDB provider) with a watermark on
+  the batch's ingest time: a re-send is dropped if it arrives within
+  ``LAKE_EVENTS_WATERMARK_MINUTES`` (to 2x that) of the first copy, and the
+  state forgets ids after that, so it holds rate x horizon ids at most and
+  survives restarts with the checkpoint. Rejects pass through (their key is
+  their Kafka coordinates). The ingest time never falls behind its own
+  watermark, so the operator drops no record as "late".
 """
 
 from __future__ import annotations
