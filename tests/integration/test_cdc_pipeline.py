@@ -165,7 +165,7 @@ def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: S
     deltalake package (no Spark) reads the same rows."""
     from deltalake import DeltaTable, QueryBuilder
 
-    from spark_jobs.driver_delta import storage_options, table_uri
+    from spark_jobs.delta_rs_tables import storage_options, table_uri
     from spark_jobs.session import connect_session
 
     with psycopg2.connect(cdc.pg_dsn(cdc.pg_shop_db)) as conn, conn.cursor() as cur:
