@@ -24,7 +24,8 @@ def test_defaults_without_environment_or_env_file(tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
     assert (s.host, s.pg_port, s.pg_host, s.spark_master, s.stream_queries) == ("127.0.0.1", 15432, "127.0.0.1",
                                                                                "local[2]", "cdc,events")
-    assert s.cache_dir == Path.home() / ".cache" / "lakestream"
+    # Root shares its artifact cache with the service user (spark_jobs.stack.service_user); root's home is private.
+    assert s.cache_dir == (Path("/var/cache/lakestream") if os.geteuid() == 0 else Path.home() / ".cache" / "lakestream")
     assert s.pg_password == "" and s.spark_connect_url == "sc://127.0.0.1:15002/"
     assert defaults()["kafka_bootstrap"] == "{host}:{kafka_port}"
 
