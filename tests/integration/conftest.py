@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.settings import REPO_ROOT, Settings, load_settings
 
 LAKE = str(Path(sys.executable).parent / "lake")
 
@@ -26,9 +26,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Settings]:
-    from spark_jobs.stack import manager
-
-    yield manager.up()
+    # Through the `lake` command, as a user starts it: run by root, it switches to the service user first
+    # (spark_jobs.stack.service_user), so nothing in the state dir is written by root.
+    run_lake("stack", "up", timeout=900)
+    yield load_settings()
 
 
 def run_lake(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
