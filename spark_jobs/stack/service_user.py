@@ -74,7 +74,22 @@ def plan(settings: Settings, euid: int | None = None) -> Switch:
     for path, mode, what in needs:
         if path.exists() and not _reachable(name, path, mode):
             return Switch(None, reason=f"OS user {name} cannot reach {what} at {path}")
+    if _root_daemon(settings):
+        return Switch(None, reason=(f"the stack running for {settings.state_dir} was started as root; "
+                                    f"`lake stack down` then `lake stack up` moves it to OS user {name}"))
     return Switch(name, entry.pw_uid, entry.pw_gid)
+
+
+def _root_daemon(settings: Settings) -> bool:
+    """A supervisord of this state dir runs as root (started before the switch existed): only root can stop it."""
+    try:
+        pid = int((settings.run_dir / "supervisord.pid").read_text().strip())
+        status = Path(f"/proc/{pid}/status").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "")
+    return b"supervisord" in cmdline and uid == "0"
 
 
 def _chown_tree(root: Path, uid: int, gid: int, skip: tuple[str, ...] = ()) -> int:
