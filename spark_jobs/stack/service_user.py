@@ -73,7 +73,8 @@ def plan(settings: Settings, euid: int | None = None) -> Switch:
              (_existing(settings.state_dir.parent), "x", "the state dir's parent folder (LAKE_STATE_DIR)")]
     for path, mode, what in needs:
         if path.exists() and not _reachable(name, path, mode):
-            return Switch(None, reason=f"OS user {name} cannot reach {what} at {path}")
+            return Switch(None, reason=f"OS user {name} cannot reach {what} at {path}; make it reachable (chmod o+x "
+                                       "on its parent folders), or set LAKE_SERVICE_USER=root to keep root quietly")
     if _root_daemon(settings):
         return Switch(None, reason=(f"the stack running for {settings.state_dir} was started as root; "
                                     f"`lake stack down` then `lake stack up` moves it to OS user {name}"))
@@ -123,9 +124,8 @@ def run_as_service_user(settings: Settings) -> Switch:
     """Called first thing by the ``lake`` command: become the service user (see the module docstring)."""
     switch = plan(settings)
     if switch.user is None:
-        if os.geteuid() == 0:
-            log.warning("lake: running as root: %s. Make it reachable (chmod o+x on its parent folders) or set "
-                        "LAKE_SERVICE_USER=root to keep root without this warning", switch.reason)
+        if os.geteuid() == 0 and switch.reason != "LAKE_SERVICE_USER=root":
+            log.warning("lake: running as root: %s", switch.reason)
         return switch
     changed = adopt_state_dir(settings, switch)
     if changed:
