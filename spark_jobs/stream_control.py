@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -16,19 +17,22 @@ from spark_jobs.streaming.common import read_json, status_path
 
 PROGRAM = "stream"
 
+log = logging.getLogger(__name__)
+
 
 def start(settings: Settings) -> None:
     if supervisor.daemon_pid(settings) is None:
         raise StackError("the stack is not running; start it with `lake stack up`")
     supervisor.start_program(settings, PROGRAM)
     info = supervisor.program_info(settings, PROGRAM) or {}
-    print(f"lake stream: {info.get('statename', '?')} (pid {info.get('pid')}); log {supervisor.log_path(settings, PROGRAM)}")
+    log.info("lake stream: %s (pid %s); log %s", info.get("statename", "?"), info.get("pid"),
+             supervisor.log_path(settings, PROGRAM))
 
 
 def stop(settings: Settings) -> None:
     if supervisor.daemon_pid(settings) is not None:
         supervisor.stop_program(settings, PROGRAM)
-    print("lake stream: stopped")
+    log.info("lake stream: stopped")
 
 
 def input_topics(settings: Settings) -> list[str]:
@@ -128,8 +132,8 @@ def wait(settings: Settings, timeout: float) -> bool:
             if now and now[1] >= target_lsn:
                 break
             if time.monotonic() > deadline:
-                print(f"lake stream wait: Debezium has not confirmed WAL up to {target_lsn} (slot at "
-                      f"{now[1] if now else '?'}); is the connector running? (lake connectors status)")
+                log.warning("lake stream wait: Debezium has not confirmed WAL up to %s (slot at %s); is the "
+                            "connector running? (lake connectors status)", target_lsn, now[1] if now else "?")
                 return False
             time.sleep(1)
     ends = kafka_end_offsets(settings)
@@ -141,10 +145,10 @@ def wait(settings: Settings, timeout: float) -> bool:
         if not behind:
             return True
         if time.monotonic() > deadline:
-            print(f"lake stream wait: timed out with lag {behind}; see `lake stream status` and "
-                  f"{supervisor.log_path(settings, PROGRAM)}")
+            log.warning("lake stream wait: timed out with lag %s; see `lake stream status` and %s", behind,
+                        supervisor.log_path(settings, PROGRAM))
             return False
         if time.monotonic() - last_report > 10:
-            print(f"lake stream wait: {sum(behind.values())} record(s) to go", flush=True)
+            log.info("lake stream wait: %d record(s) to go", sum(behind.values()))
             last_report = time.monotonic()
         time.sleep(0.5)
