@@ -18,7 +18,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,12 @@ def _latest_full_day(spark: Any) -> date | None:
     return None if row is None else row["d"]
 
 
-def bench(tables: Sequence[str], day: date | None, repeat: int) -> int:
-    """Validate each suite of ``tables`` ``repeat`` times on Spark Connect; log a table of the timings."""
+def bench(tables: Sequence[str], day: date | None, repeat: int,
+          progress: Callable[[int], None] | None = None) -> int:
+    """Validate each suite of ``tables`` ``repeat`` times on Spark Connect; log a table of the timings.
+
+    ``progress`` gets the number of suites done after each (a progress bar).
+    """
     from spark_jobs.quality.checks import table_frame
     from spark_jobs.quality.runner import validate_suite
     from spark_jobs.quality.suites import load_suite
@@ -56,12 +60,14 @@ def bench(tables: Sequence[str], day: date | None, repeat: int) -> int:
     log.info(f"{'suite':<24} {'rows':>9} {'expect.':>7} {'best s':>8} {'median s':>9} {'s per 1M rows':>14}")
     total_s, total_rows = 0.0, 0
     try:
-        for table in tables:
+        for done, table in enumerate(tables, 1):
             suite = load_suite(table)
             gold = table.startswith("gold.")
             if gold and suite.meta.get("date_column"):
                 if day is None:
                     log.info(f"{table:<24} skipped: gold.fct_orders has no complete day (lake gold build)")
+                    if progress is not None:
+                        progress(done)
                     continue
                 df, interval = table_frame(spark, suite, day=day)
             else:
@@ -86,6 +92,8 @@ def bench(tables: Sequence[str], day: date | None, repeat: int) -> int:
             total_s, total_rows = total_s + median, total_rows + rows
             log.info(f"{table:<24} {rows:>9} {len(suite.expectations):>7} {best:>8.2f} {median:>9.2f} {per_m:>14}"
                      f"  failed: {failed}")
+            if progress is not None:
+                progress(done)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if total_rows:

@@ -17,7 +17,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from functools import partial
@@ -65,9 +65,11 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
     return best, result
 
 
-def bench(days: int, end: date | None, repeat: int, skip_backfill: bool, scales: Sequence[int]) -> int:
+def bench(days: int, end: date | None, repeat: int, skip_backfill: bool, scales: Sequence[int],
+          progress: Callable[[int], None] | None = None) -> int:
     """Backfill the last ``days`` days through Airflow (unless ``skip_backfill``), then time fct_daily_sales on
-    Spark and DuckDB at each of ``scales``; logs the figures. Returns 1 if the engines' results differ."""
+    Spark and DuckDB at each of ``scales``; logs the figures. Returns 1 if the engines' results differ.
+    ``progress`` gets the number of scales compared after each (a progress bar)."""
     import duckdb
 
     from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
@@ -126,7 +128,7 @@ def bench(days: int, end: date | None, repeat: int, skip_backfill: bool, scales:
             return con.execute(sql).fetchall()
 
         results = []
-        for k in scales:
+        for done, k in enumerate(scales, 1):
             o_path, i_path = _scaled(tmp, k)
             spark_s, spark_rows = _best(partial(run_spark, o_path, i_path), repeat)
             duck_s, duck_rows = _best(partial(run_duckdb, o_path, i_path), repeat)
@@ -136,6 +138,8 @@ def bench(days: int, end: date | None, repeat: int, skip_backfill: bool, scales:
                      f"{k * i_arrow.num_rows:,} items): Spark {spark_s:.2f} s, DuckDB {duck_s:.3f} s (best of "
                      f"{repeat}); Spark/DuckDB = {spark_s / max(duck_s, 1e-9):.1f}x (goal <= 3x); results "
                      f"{'identical' if same else 'DIFFER'} ({len(spark_rows)} rows)")
+            if progress is not None:
+                progress(done)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if all(results) else 1

@@ -23,10 +23,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
+
+import click
 
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.streaming.common import status_path
@@ -117,14 +119,15 @@ def _stop_between_batches(query: Any, wait: float = 60.0) -> None:
     query.stop()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spark_jobs.stream`` (the supervised program): no options, settings from the environment."""
-    del argv
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Run every streaming query in the foreground until one stops or SIGTERM: the supervised `stream` program
+    (by hand: `lake stream run`). Exit 3: another driver runs one of the queries."""
     from spark_jobs import logs
 
     logs.setup()
-    return run(load_settings())
+    sys.exit(run(load_settings()))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(prog_name="python -m spark_jobs.stream")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -117,8 +118,10 @@ def report(settings: Settings) -> dict[str, Any]:
     }
 
 
-def wait(settings: Settings, timeout: float) -> bool:
+def wait(settings: Settings, timeout: float, progress: Callable[[int], None] | None = None) -> bool:
     """Block until every change committed in PostgreSQL before the call is in silver.
+
+    ``progress`` gets the records still to apply at each poll (a progress bar).
 
     1. Debezium has confirmed the replication slot past the WAL position of the call;
     2. the streaming app has processed every Kafka offset that existed after step 1.
@@ -142,6 +145,8 @@ def wait(settings: Settings, timeout: float) -> bool:
         done = processed_offsets(settings)
         behind = {tp: high - (int(done.get(tp, -1)) + 1) for tp, high in ends.items()
                   if high - (int(done.get(tp, -1)) + 1) > 0}
+        if progress is not None:
+            progress(sum(behind.values()))
         if not behind:
             return True
         if time.monotonic() > deadline:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import date
 from typing import Any
 
@@ -59,6 +60,19 @@ def at_least(minimum: int) -> Any:
 def comma_list(text: str) -> list[str]:
     """``a, b,,c`` -> ``["a", "b", "c"]``."""
     return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _json_stdout(ctx: click.Context, param: click.Parameter, as_json: bool) -> bool:
+    if as_json:  # stdout then holds the JSON alone: progress and log lines go to stderr
+        from spark_jobs import logs
+
+        logs.progress_to_stderr()
+    return as_json
+
+
+def json_option(help: str = "one JSON object, for scripts") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--json`` flag of a command (parameter ``as_json``); with it, only the JSON goes to stdout."""
+    return click.option("--json", "as_json", is_flag=True, callback=_json_stdout, help=help)
 
 
 def fail(prog: str, message: object, code: int = 2) -> int:

@@ -7,6 +7,7 @@ from datetime import date
 
 import click
 
+from spark_jobs.cli import progress
 from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, comma_list
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 
@@ -89,7 +90,8 @@ def gold(days: int, end: date | None, repeat: int, skip_backfill: bool, scales: 
     """Backfill seconds, Spark vs DuckDB on fct_daily_sales; exit 1 if the engines' results differ."""
     from spark_jobs.bench_gold import bench
 
-    return bench(days, end, repeat, skip_backfill, scales)
+    with progress.steps("bench gold (scales)", len(scales)) as done:
+        return bench(days, end, repeat, skip_backfill, scales, progress=done)
 
 
 def _dq_tables(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
@@ -113,4 +115,5 @@ def dq(day: date | None, tables: list[str], repeat: int) -> int:
     """Seconds per data-quality suite and per million rows (silver, a gold day)."""
     from spark_jobs.bench_dq import bench
 
-    return bench(tables, day, repeat)
+    with progress.steps("bench dq (suites)", len(tables)) as done:
+        return bench(tables, day, repeat, progress=done)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from spark_jobs.cli.base import LakeGroup
+from spark_jobs.cli.base import LakeGroup, json_option
 
 
 @click.group("connectors", cls=LakeGroup)
@@ -26,7 +26,7 @@ def apply(timeout: float) -> int:
 
 
 @group.command("status")
-@click.option("--json", "as_json", is_flag=True, help="one JSON array, for scripts")
+@json_option("one JSON array, for scripts")
 def status(as_json: bool) -> int:
     """State of each connector and its replication slot lag; exit 1 unless all run and no slot is lost."""
     from spark_jobs import connectors

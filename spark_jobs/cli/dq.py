@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from spark_jobs.cli.base import ISO_DATE, LakeGroup
+from spark_jobs.cli.base import ISO_DATE, LakeGroup, json_option
 
 
 @click.group("dq", cls=LakeGroup)
@@ -26,7 +26,7 @@ def _reader() -> Any:
 
 @group.command("status")
 @click.option("--table", help="only this table, e.g. silver.orders")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
+@json_option()
 def status(table: str | None, as_json: bool) -> int:
     """Latest verdict per table; exit 1 if one is BLOCK."""
     from spark_jobs.quality import checks

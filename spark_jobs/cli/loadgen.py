@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from spark_jobs.cli import progress
-from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, fail
+from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, fail, json_option
 from spark_jobs.contracts.events import TOPIC
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 
@@ -114,18 +114,15 @@ def events(rate: float, duration: float, seed: int, late: float, dup: float, bad
 @click.option("--end-date", type=ISO_DATE, default=None,
               help="first day NOT written (default today, UTC); at most today")
 @click.option("--dry-run", is_flag=True, help="plan and print the counts; write nothing")
-@click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object (progress to stderr)")
+@json_option("print the summary as one JSON object (progress to stderr)")
 def history(days: int, seed: int, orders_per_day: int, events_per_day: int, end_date: date | None, dry_run: bool,
             as_json: bool) -> int:
     """Seeded past N days of the shop: PostgreSQL rows and clickstream events."""
-    from spark_jobs import logs
     from spark_jobs.events_producer import InvalidEventError, ProducerError
     from spark_jobs.loadgen.history import HistoryError, destination, format_summary, summary, write_history
     from spark_jobs.loadgen.history_plan import PlanError, plan_history
     from spark_jobs.settings import SettingsError, load_settings
 
-    if as_json:
-        logs.progress_to_stderr()
     today = datetime.now(UTC).date()
     end = end_date or today
     try:

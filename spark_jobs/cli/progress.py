@@ -13,8 +13,9 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 
 def enabled() -> bool:
-    """Bars only when a person watches: stderr is a terminal."""
-    return sys.stderr.isatty()
+    """Bars only when a person watches: stdout and stderr are a terminal (while a bar runs, rich moves what is
+    printed above it, so a redirected stdout would lose lines to the terminal)."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
 
 
 def _progress() -> Progress:
@@ -32,6 +33,25 @@ def steps(description: str, total: float) -> Iterator[Callable[[float], None]]:
     with _progress() as bar:
         task = bar.add_task(description, total=total)
         yield lambda done: bar.update(task, completed=done)
+
+
+@contextmanager
+def remaining(description: str) -> Iterator[Callable[[int], None]]:
+    """A bar for work that shrinks (records still to apply); yields ``left(n)``. Its total is the largest ``n``
+    seen. A no-op off a terminal."""
+    if not enabled():
+        yield lambda n: None
+        return
+    with _progress() as bar:
+        task = bar.add_task(description, total=None)
+        most = 0
+
+        def left(n: int) -> None:
+            nonlocal most
+            most = max(most, n)
+            bar.update(task, total=most or 1, completed=most - n if most else 1)
+
+        yield left
 
 
 @contextmanager

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from spark_jobs.cli.base import LakeGroup
+from spark_jobs.cli.base import LakeGroup, json_option
 
 
 @click.group("stack", cls=LakeGroup)
@@ -38,7 +38,7 @@ def down() -> int:
 
 
 @group.command("status")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
+@json_option()
 def status(as_json: bool) -> int:
     """Health of each service; exit 1 when a service is down or a program is FATAL/BACKOFF."""
     from spark_jobs.stack import manager

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from spark_jobs.cli.base import LakeGroup
+from spark_jobs.cli import progress
+from spark_jobs.cli.base import LakeGroup, json_option
 
 
 @click.group("stream", cls=LakeGroup)
@@ -50,11 +51,12 @@ def wait(timeout: float) -> int:
     from spark_jobs import stream_control
     from spark_jobs.settings import load_settings
 
-    return 0 if stream_control.wait(load_settings(), timeout) else 1
+    with progress.remaining("stream wait (records applied)") as left:
+        return 0 if stream_control.wait(load_settings(), timeout, progress=left) else 1
 
 
 @group.command("status")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
+@json_option()
 def status(as_json: bool) -> int:
     """Per table: last batch, Kafka lag, age of newest applied change; exit 1 if the app is not running."""
     from spark_jobs import stream_control

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spark_jobs.cli.base import LakeGroup
+from spark_jobs.cli.base import LakeGroup, json_option
 
 
 @click.group("reconcile", cls=LakeGroup)
@@ -20,7 +20,7 @@ def reconcile() -> None:
               help="a `lake loadgen events` manifest: scope and what was sent")
 @click.option("--all-windows", is_flag=True,
               help="compare open hot windows too (after `lake stream wait`, with no load running)")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
+@json_option()
 def reconcile_events(manifest: Path | None, all_windows: bool, as_json: bool) -> int:
     """Sent = silver (unique) + duplicates removed + quarantined; exit 1 if it does not balance."""
     from spark_jobs import reconcile as ledger
@@ -40,7 +40,7 @@ def verify() -> None:
 
 
 @verify.command("cdc")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
+@json_option()
 def verify_cdc(as_json: bool) -> int:
     """Every silver CDC table equals its PostgreSQL table, column by column; exit 1 on a difference."""
     from spark_jobs.settings import load_settings

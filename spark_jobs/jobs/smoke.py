@@ -45,7 +45,7 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int) -> int:
 def command(run_id: str | None, rows: int) -> int:
     """Write and read back ops.smoke through the shared catalog; exit 1 on a mismatch.
 
-    ``lake job smoke``, and the ``lake_smoke`` DAG's spark-submit of this file.
+    Run as `lake job smoke`, and by the lake_smoke DAG (spark-submit of this file).
     """
     return main(run_id or "manual__" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"), rows)
 

@@ -62,6 +62,21 @@ def test_every_command_prints_generated_help(path: tuple[str, ...], command: cli
             assert name in out
 
 
+@pytest.mark.parametrize("module", ["spark_jobs.stream", "spark_jobs.quality.docs_server",
+                                    "spark_jobs.jobs.demo_summary", "spark_jobs.jobs.smoke"])
+def test_programs_run_outside_lake_have_help_too(module: str) -> None:
+    """The supervised programs, make demo's summary and the DAG's spark-submit file parse options with Click."""
+    import importlib
+
+    from click.testing import CliRunner
+
+    mod = importlib.import_module(module)
+    command = getattr(mod, "command", None) or mod.main
+    result = CliRunner().invoke(command, ["--help"])
+    assert result.exit_code == 0 and result.output.startswith("Usage: "), result.output
+    assert CliRunner().invoke(command, ["--no-such-option"]).exit_code == 2
+
+
 def test_short_help_flag_and_a_leading_double_dash(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["stack", "-h"]) == 0
     assert "Usage: lake stack" in capsys.readouterr().out
@@ -113,9 +128,29 @@ def test_command_results_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> No
     from spark_jobs import settings, stream_control
 
     monkeypatch.setattr(settings, "load_settings", lambda: object())
-    monkeypatch.setattr(stream_control, "wait", lambda s, timeout: timeout > 5)
+    monkeypatch.setattr(stream_control, "wait", lambda s, timeout, progress=None: timeout > 5)
     assert cli.main(["stream", "wait", "--timeout", "1"]) == 1
     assert cli.main(["stream", "wait", "--timeout", "10"]) == 0
+
+
+def test_with_json_stdout_holds_only_the_json(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from spark_jobs import settings, stream_control
+
+    def report(settings: object) -> dict[str, Any]:
+        logging.getLogger("spark_jobs.stream_control").info("reading the status files")
+        return {"running": True, "pid": 1, "last_batch": 3, "committed_at": None, "tables": {}}
+
+    monkeypatch.setattr(settings, "load_settings", lambda: object())
+    monkeypatch.setattr(stream_control, "report", report)
+    assert cli.main(["stream", "status", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["last_batch"] == 3 and err == "reading the status files\n"
+    assert cli.main(["stream", "status"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("reading the status files\nstream RUNNING pid=1 last_batch=3") and err == ""
 
 
 def test_logging_shows_lake_records_as_plain_lines(capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,7 +178,22 @@ def test_progress_bars_stay_off_without_a_terminal(capsys: pytest.CaptureFixture
         advance(2)
     with progress.timed("load", 0.01):
         pass
+    with progress.remaining("records") as left:
+        left(5)
     assert capsys.readouterr() == ("", "")
+
+
+def test_progress_bars_on_a_terminal_draw_and_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs.cli import progress
+
+    monkeypatch.setattr(progress, "enabled", lambda: True)
+    with progress.steps("work", 3) as advance:
+        advance(3)
+    with progress.remaining("records") as left:
+        left(5)
+        left(0)
+    with progress.timed("load", 0.3):
+        pass
 
 
 def test_lake_sql_names_the_connect_server_and_the_fix_when_it_is_down(tmp_path: Any) -> None:
