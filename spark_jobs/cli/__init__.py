@@ -60,9 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         raise SystemExit(exc.exit_code) from None
-    except click.Abort:
+    except click.Abort:  # Ctrl-C outside a command's own handling (the sql shell's prompt, a wait)
         click.echo("Aborted!", err=True)
-        return 1
+        return 130
     except (StackError, SettingsError, FileNotFoundError, ConnectorError, SuiteError) as exc:
         click.echo(f"lake: {exc}", err=True)
         return 2

@@ -213,3 +213,20 @@ def test_lake_sql_names_the_connect_server_and_the_fix_when_it_is_down(tmp_path:
     assert proc.returncode != 0
     assert f"127.0.0.1:{port}" in proc.stderr and "spark-connect" in proc.stderr, proc.stderr
     assert "lake stack up" in proc.stderr and "lake sql --local" in proc.stderr, proc.stderr
+
+
+def test_shell_completion_offers_commands_and_options() -> None:
+    """bash: eval "$(_LAKE_COMPLETE=bash_source lake)" (Click's completion, nothing of ours)."""
+    import os
+    import subprocess
+    import sys
+
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "_LAKE_COMPLETE": "bash_complete", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - 1)}
+        proc = subprocess.run([sys.executable, "-m", "spark_jobs.cli"], env=env, capture_output=True, text=True,
+                              timeout=60, check=True)
+        return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
+
+    assert complete("lake st") == ["stack", "stream"]
+    assert complete("lake loadgen events --ra") == ["--rate"]
