@@ -67,3 +67,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"lake: {exc}", err=True)
         return 2
     return rv if isinstance(rv, int) else 0
+
+
+def entry() -> int:
+    """The ``lake`` console script: started by root, it first becomes the unprivileged service user
+    (:mod:`spark_jobs.stack.service_user`), then runs :func:`main`."""
+    if os.geteuid() == 0:
+        from spark_jobs.settings import SettingsError, load_settings
+        from spark_jobs.stack.errors import StackError
+        from spark_jobs.stack.service_user import run_as_service_user
+
+        logs.setup()
+        try:
+            run_as_service_user(load_settings())
+        except (StackError, SettingsError) as exc:
+            click.echo(f"lake: {exc}", err=True)
+            return 2
+    return main()

@@ -208,25 +208,27 @@ def test_lake_sql_names_the_connect_server_and_the_fix_when_it_is_down(tmp_path:
         port = probe.getsockname()[1]
     env = {"PATH": "/usr/bin:/bin", "LAKE_STATE_DIR": str(tmp_path), "LAKE_SPARK_CONNECT_PORT": str(port)}
     # (a client that waited on the port instead would hit the timeout: pyspark's retries run for minutes)
-    proc = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "sql", "-e", "SELECT 1"], env=env,
+    # main(), not the console script's entry(): run by root, that first switches to the service user (own tests).
+    proc = subprocess.run([sys.executable, "-c", "from spark_jobs.cli import main; raise SystemExit(main())", "sql",
+                           "-e", "SELECT 1"], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode != 0
     assert f"127.0.0.1:{port}" in proc.stderr and "spark-connect" in proc.stderr, proc.stderr
     assert "lake stack up" in proc.stderr and "lake sql --local" in proc.stderr, proc.stderr
 
 
-def test_shell_completion_offers_commands_and_options() -> None:
+def test_shell_completion_offers_commands_and_options(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """bash: eval "$(_LAKE_COMPLETE=bash_source lake)" (Click's completion, nothing of ours)."""
-    import os
-    import subprocess
-    import sys
 
     def complete(words: str) -> list[str]:
-        env = {**os.environ, "_LAKE_COMPLETE": "bash_complete", "COMP_WORDS": words,
-               "COMP_CWORD": str(len(words.split()) - 1)}
-        proc = subprocess.run([sys.executable, "-m", "spark_jobs.cli"], env=env, capture_output=True, text=True,
-                              timeout=60, check=True)
-        return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
+        monkeypatch.setenv("_LAKE_COMPLETE", "bash_complete")
+        monkeypatch.setenv("COMP_WORDS", words)
+        monkeypatch.setenv("COMP_CWORD", str(len(words.split()) - 1))
+        with pytest.raises(SystemExit) as exc:
+            cli.lake.main(args=[], prog_name="lake")
+        assert exc.value.code == 0
+        return [line.split(",", 1)[1] for line in capsys.readouterr().out.splitlines()]
 
     assert complete("lake st") == ["stack", "stream"]
     assert complete("lake loadgen events --ra") == ["--rate"]
