@@ -7,18 +7,19 @@ the same backfill can be started from the UI (Trigger -> Backfill).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import logging
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
 from spark_jobs.settings import Settings
+
+log = logging.getLogger(__name__)
 
 GOLD_DAG = "lake_gold_daily"
 REPROCESS = ("none", "failed", "completed")
@@ -94,7 +95,7 @@ class AirflowClient:
                 if "HTTP 409" not in str(exc) or "already a running backfill" not in str(exc) \
                         or time.monotonic() > deadline:
                     raise
-            print(f"  another backfill of {dag_id} is running; waiting for it to finish", flush=True)
+            log.info(f"  another backfill of {dag_id} is running; waiting for it to finish")
             time.sleep(10)
 
     def runs(self, dag_id: str, **query: str) -> list[dict[str, Any]]:
@@ -120,8 +121,12 @@ class AirflowClient:
         return json.dumps(content, default=str, ensure_ascii=False)
 
     def wait_backfill(self, dag_id: str, backfill_id: int, days: Sequence[date], timeout: float = 1800,
-                      progress: bool = True) -> dict[str, str]:
-        """Wait until the backfill's run of every day ended; returns {day: state}. Prints progress."""
+                      progress: bool = True,
+                      on_states: Callable[[dict[str, str]], None] | None = None) -> dict[str, str]:
+        """Wait until the backfill's run of every day ended; returns {day: state}.
+
+        ``progress`` logs each change of the days' states; ``on_states`` gets them at every poll (a progress bar).
+        """
         want = {d.isoformat() for d in days}
         deadline = time.monotonic() + timeout
         last = ""
@@ -134,9 +139,11 @@ class AirflowClient:
                 # A run of an earlier backfill of the same day counts only once this one has queued it again.
                 if start in want and _instant(r.get("queued_at")) >= created:
                     states[start] = r["state"]
+            if on_states is not None:
+                on_states(states)
             line = ", ".join(f"{d}={states.get(d, 'pending')}" for d in sorted(want))
             if progress and line != last:
-                print(f"  backfill {backfill_id}: {line}", flush=True)
+                log.info(f"  backfill {backfill_id}: {line}")
                 last = line
             finished = all(states.get(d) in ("success", "failed") for d in want)
             if finished and (done.get("completed_at") or all(states.get(d) == "success" for d in want)):
@@ -151,43 +158,6 @@ def _instant(text: str | None) -> datetime:
     if not text:
         return datetime.fromtimestamp(0, UTC)
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def backfill_main(argv: Sequence[str]) -> int:
-    from spark_jobs.settings import load_settings
-
-    p = argparse.ArgumentParser(prog="lake gold backfill", description="Backfill lake_gold_daily for UTC days "
-                                "through Airflow's REST API (the runs show in the UI), and wait for them.")
-    p.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
-    p.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
-    p.add_argument("--reprocess", default="none", choices=REPROCESS,
-                   help="runs that already exist: none (skip), failed, completed (run every day again)")
-    p.add_argument("--max-active-runs", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=1800)
-    args = p.parse_args(list(argv))
-    try:
-        first, last = date.fromisoformat(args.start), date.fromisoformat(args.end)
-    except ValueError as exc:
-        p.error(f"--start/--end must be YYYY-MM-DD ({exc})")
-    if last < first:
-        p.error(f"--end {last} is before --start {first}")
-    days = [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
-    client = AirflowClient(load_settings())
-    try:
-        client.wait_for_dag(GOLD_DAG)
-        client.unpause(GOLD_DAG)
-        bf = client.backfill(GOLD_DAG, first, last, args.reprocess, args.max_active_runs)
-        print(f"lake gold backfill: backfill {bf['id']} of {GOLD_DAG} for {first}..{last} "
-              f"(reprocess {args.reprocess}); follow it in the Airflow UI", flush=True)
-        t0 = time.monotonic()
-        states = client.wait_backfill(GOLD_DAG, int(bf["id"]), days, args.timeout)
-    except AirflowError as exc:
-        print(f"lake gold backfill: {exc}", file=sys.stderr)
-        return 1
-    bad = {d: s for d, s in states.items() if s != "success"}
-    print(f"lake gold backfill: {len(days) - len(bad)}/{len(days)} day(s) succeeded in {time.monotonic() - t0:.0f} s"
-          + (f"; failed: {', '.join(sorted(bad))} (see the task logs in the UI)" if bad else ""), flush=True)
-    return 1 if bad else 0
 
 
 def _log_line(entry: Any) -> str:

@@ -31,17 +31,19 @@ first).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -114,10 +116,10 @@ class _Driver:
             stream_control.start(self.settings)
             return
         env = {**os.environ, "LAKE_STREAM_QUERIES": "cdc"}
-        log = open(self.settings.run_dir / "bench-stream.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark_jobs.stream"], env=env, stdout=log,
+        log_file = open(self.settings.run_dir / "bench-stream.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "spark_jobs.stream"], env=env, stdout=log_file,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        print(f"bench: streaming app (cdc only) pid {self.proc.pid}, log {log.name}", flush=True)
+        log.info(f"bench: streaming app (cdc only) pid {self.proc.pid}, log {log_file.name}")
 
     def pid(self) -> int | None:
         """The Python driver's pid (its JVM and Python workers are its descendants)."""
@@ -199,18 +201,18 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     spark = build_session(settings, "lake-bench")
     spark.sparkContext.setLogLevel("ERROR")
     driver.start()
-    print("bench: waiting until the stream is caught up before measuring", flush=True)
+    log.info("bench: waiting until the stream is caught up before measuring")
     if not stream_control.wait(settings, 900):
         raise RuntimeError("stream did not catch up before the benchmark; see lake stream status")
     if warmup > 0:
-        print(f"bench: warm-up load at {rate:.0f} changes/s for {warmup:.0f}s (not measured)", flush=True)
+        log.info(f"bench: warm-up load at {rate:.0f} changes/s for {warmup:.0f}s (not measured)")
         loadgen(settings, rate=rate, duration=warmup, seed=seed + 1000, synchronous_commit=not async_commit)
         if not stream_control.wait(settings, 1800):
             raise RuntimeError("stream did not catch up after the warm-up; see lake stream status")
     versions = {table: version for table, (version, _at) in _silver_heads(spark).items()}
     offsets0 = _total_end_offsets(settings)
     t0 = time.monotonic()
-    print(f"bench: steady load at {rate:.0f} changes/s for {duration:.0f}s", flush=True)
+    log.info(f"bench: steady load at {rate:.0f} changes/s for {duration:.0f}s")
     report = loadgen(settings, rate=rate, duration=duration, seed=seed, synchronous_commit=not async_commit)
     load_s = time.monotonic() - t0
     captured_by_end = _total_end_offsets(settings) - offsets0
@@ -231,9 +233,9 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
         "latency_p95_s": round(percentile(lat, 0.95), 2),
         "latency_max_s": round(max(lat), 2) if lat else None,
     }
-    print("bench: steady " + json.dumps(steady), flush=True)
+    log.info("bench: steady " + json.dumps(steady))
 
-    print(f"bench: building a backlog for {backlog_seconds:.0f}s with the stream stopped", flush=True)
+    log.info(f"bench: building a backlog for {backlog_seconds:.0f}s with the stream stopped")
     driver.stop()
     before = _total_end_offsets(settings)
     loadgen(settings, rate=1_000_000, duration=backlog_seconds, seed=seed + 1, synchronous_commit=not async_commit)
@@ -261,9 +263,9 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
                 "drain_s_from_first_batch": round(from_first, 1) if from_first else None,
                 "catch_up_per_s_from_first_batch": round(backlog / from_first, 1) if ok2 and from_first else None,
                 "caught_up": ok2, **cpu}
-    print("bench: catch-up " + json.dumps(catch_up), flush=True)
+    log.info("bench: catch-up " + json.dumps(catch_up))
     query_s = _silver_query_seconds(spark)
-    print(f"bench: SELECT count(*), sum(total) FROM silver.orders: {query_s}", flush=True)
+    log.info(f"bench: SELECT count(*), sum(total) FROM silver.orders: {query_s}")
     p95 = percentile(lat, 0.95)
     ratios = {
         "latency_p95_vs_target_5s": round(p95 / 5.0, 2) if lat else None,
@@ -272,35 +274,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
         "catch_up_from_first_batch_vs_target_5000":
             round(backlog / from_first / 5000.0, 3) if ok2 and from_first else None,
     }
-    print("bench: ratios " + json.dumps(ratios), flush=True)
+    log.info("bench: ratios " + json.dumps(ratios))
     return {"steady": steady, "catch_up": catch_up, "ratios": ratios, "silver_orders_query": query_s,
             "driver": driver.mode,
             "loadgen_commit": "async" if async_commit else "sync", "loadgen_connections": connections}
-
-
-def main(argv: Sequence[str]) -> int:
-    import argparse
-
-    from spark_jobs.settings import load_settings
-
-    parser = argparse.ArgumentParser(prog="lake bench cdc", description=__doc__)
-    parser.add_argument("--rate", type=float, default=1000)
-    parser.add_argument("--duration", type=float, default=60)
-    parser.add_argument("--backlog-seconds", type=float, default=60)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--warmup", type=float, default=60, help="seconds of unmeasured load first (default 60)")
-    parser.add_argument("--driver", choices=("supervised", "own"), default="supervised",
-                        help="supervised: `lake stream start`; own: a child driver with LAKE_STREAM_QUERIES=cdc")
-    parser.add_argument("--async-commit", action="store_true",
-                        help="the loadgen's sessions commit with synchronous_commit=off (as `lake loadgen cdc "
-                             "--async-commit`): a higher reachable rate where WAL flushes limit it; latency is still "
-                             "from the PostgreSQL commit")
-    parser.add_argument("--connections", type=int, default=DEFAULT_CONNECTIONS,
-                        help=f"the loadgen's sessions (default {DEFAULT_CONNECTIONS}, as `lake loadgen cdc --connections`)")
-    args = parser.parse_args([a for a in argv if a != "--"])
-    if args.connections < 1:
-        parser.error(f"--connections must be >= 1, got {args.connections}")
-    result = bench_cdc(load_settings(), args.rate, args.duration, args.backlog_seconds, args.seed, args.driver,
-                       args.warmup, args.async_commit, args.connections)
-    print(json.dumps(result, indent=2))
-    return 0

@@ -13,15 +13,17 @@ into a temporary GX project, so the served site and ``ops.dq_results`` are not t
 
 from __future__ import annotations
 
-import argparse
+import logging
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 SILVER = ("silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.events")
 GOLD = ("gold.fct_orders", "gold.fct_daily_sales", "gold.fct_daily_funnel", "gold.dim_customers",
@@ -35,42 +37,37 @@ def _latest_full_day(spark: Any) -> date | None:
     return None if row is None else row["d"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def bench(tables: Sequence[str], day: date | None, repeat: int,
+          progress: Callable[[int], None] | None = None) -> int:
+    """Validate each suite of ``tables`` ``repeat`` times on Spark Connect; log a table of the timings.
+
+    ``progress`` gets the number of suites done after each (a progress bar).
+    """
     from spark_jobs.quality.checks import table_frame
     from spark_jobs.quality.runner import validate_suite
     from spark_jobs.quality.suites import load_suite
     from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
 
-    p = argparse.ArgumentParser(prog="lake bench dq", description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--day", help="gold day to validate, YYYY-MM-DD (default: newest complete day in gold.fct_orders)")
-    p.add_argument("--tables", default=",".join(SILVER + GOLD), help="comma-separated suites to run")
-    p.add_argument("--repeat", type=int, default=3, help="runs per suite (default 3)")
-    args = p.parse_args(list(argv or []))
-    if args.repeat < 1:
-        p.error("--repeat must be >= 1")
-    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
-    unknown = [t for t in tables if t not in SILVER + GOLD]
-    if unknown:
-        p.error(f"--tables: no benchmark for {', '.join(unknown)}; choose from {', '.join(SILVER + GOLD)}")
-
     settings = load_settings()
     spark = connect_session(settings)
-    day = date.fromisoformat(args.day) if args.day else _latest_full_day(spark)
+    day = day or _latest_full_day(spark)
     tmp = Path(tempfile.mkdtemp(prefix="lake-bench-dq-"))
     # Data Docs go to a throwaway GX project: the bench must not add pages to the served site.
     bench_settings = settings.model_copy(update={"state_dir": tmp})
-    print(f"bench dq: {len(tables)} suite(s), gold day {day}, {args.repeat} run(s) each, Spark Connect "
-          f"{settings.host}:{settings.spark_connect_port}", flush=True)
-    print(f"{'suite':<24} {'rows':>9} {'expect.':>7} {'best s':>8} {'median s':>9} {'s per 1M rows':>14}", flush=True)
+    log.info(f"bench dq: {len(tables)} suite(s), gold day {day}, {repeat} run(s) each, Spark Connect "
+             f"{settings.host}:{settings.spark_connect_port}")
+    log.info(f"{'suite':<24} {'rows':>9} {'expect.':>7} {'best s':>8} {'median s':>9} {'s per 1M rows':>14}")
     total_s, total_rows = 0.0, 0
     try:
-        for table in tables:
+        for done, table in enumerate(tables, 1):
             suite = load_suite(table)
             gold = table.startswith("gold.")
             if gold and suite.meta.get("date_column"):
                 if day is None:
-                    print(f"{table:<24} skipped: gold.fct_orders has no complete day (lake gold build)", flush=True)
+                    log.info(f"{table:<24} skipped: gold.fct_orders has no complete day (lake gold build)")
+                    if progress is not None:
+                        progress(done)
                     continue
                 df, interval = table_frame(spark, suite, day=day)
             else:
@@ -80,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 rows = df.count()
                 times = []
-                for i in range(args.repeat):
+                for i in range(repeat):
                     t0 = time.perf_counter()
                     outcome = validate_suite(spark, df, suite, interval=interval, run_id=f"bench_dq_{i}",
                                              dag_id="lake_bench_dq", task_id=table, settings=bench_settings,
@@ -93,15 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             best, median = min(times), statistics.median(times)
             per_m = f"{median / rows * 1e6:.1f}" if rows else "-"
             total_s, total_rows = total_s + median, total_rows + rows
-            print(f"{table:<24} {rows:>9} {len(suite.expectations):>7} {best:>8.2f} {median:>9.2f} {per_m:>14}"
-                  f"  failed: {failed}", flush=True)
+            log.info(f"{table:<24} {rows:>9} {len(suite.expectations):>7} {best:>8.2f} {median:>9.2f} {per_m:>14}"
+                     f"  failed: {failed}")
+            if progress is not None:
+                progress(done)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if total_rows:
-        print(f"{'all (median sum)':<24} {total_rows:>9} {'':>7} {'':>8} {total_s:>9.2f} "
-              f"{total_s / total_rows * 1e6:>14.1f}", flush=True)
+        log.info(f"{'all (median sum)':<24} {total_rows:>9} {'':>7} {'':>8} {total_s:>9.2f} "
+                 f"{total_s / total_rows * 1e6:>14.1f}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,8 +26,8 @@ Figures only: nothing here asserts a target (machines are shared and noisy).
 
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -41,6 +41,8 @@ from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
 
+log = logging.getLogger(__name__)
+
 #: The warm-up's loadgen seed is ``--seed`` plus this (event ids come from the seed: never reuse one on a state).
 WARMUP_SEED_OFFSET = 1_000_000
 
@@ -49,7 +51,7 @@ def _loadgen(settings: Settings, rate: float, duration: float, seed: int, manife
              extra: Sequence[str] = ()) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "spark_jobs.cli", "loadgen", "events", "--rate", str(rate), "--duration",
            str(duration), "--seed", str(seed), "--manifest", str(manifest), *extra]
-    print(f"bench events: {' '.join(cmd[2:])}", flush=True)
+    log.info(f"bench events: {' '.join(cmd[2:])}")
     subprocess.run(cmd, check=True)
     doc: dict[str, Any] = json.loads(manifest.read_text())
     return doc
@@ -148,10 +150,10 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
     JVM's start and the query's planning are left out, the whole catch-up is in."""
     from spark_jobs.streaming.events import FIRST_BATCH_MARKER
 
-    log = supervisor.log_path(settings, stream_control.PROGRAM)
+    app_log = supervisor.log_path(settings, stream_control.PROGRAM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with log.open("rb") as f:
+        with app_log.open("rb") as f:
             f.seek(log_from)
             if FIRST_BATCH_MARKER.encode() in f.read():
                 pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
@@ -160,21 +162,12 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
     return {}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, seed: int, warmup: float,
+          skip_steady: bool, skip_catchup: bool) -> dict[str, Any] | None:
+    """Run the bench (module docstring); returns its figures, or None (logged why) when the app did not catch up."""
     from spark_jobs.reconcile import manifest_ranges
     from spark_jobs.session import build_session
 
-    p = argparse.ArgumentParser(prog="lake bench events", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rate", type=float, default=5000, help="steady produce rate, events/s (default 5000)")
-    p.add_argument("--duration", type=float, default=60, help="steady load seconds (default 60)")
-    p.add_argument("--backlog", type=int, default=1_000_000, help="catch-up backlog size (default 1,000,000)")
-    p.add_argument("--backlog-rate", type=float, default=100_000, help="produce rate while building the backlog")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--warmup", type=float, default=10,
-                   help="seconds of load at --rate before the steady run, not measured (default 10)")
-    p.add_argument("--skip-steady", action="store_true")
-    p.add_argument("--skip-catchup", action="store_true")
-    args = p.parse_args(argv)
     settings = load_settings()
     work = settings.run_dir / "bench-events"
     work.mkdir(parents=True, exist_ok=True)
@@ -182,26 +175,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = build_session(settings, "lake-bench-events")
     spark.sparkContext.setLogLevel("ERROR")
 
-    if not args.skip_steady:
+    if not skip_steady:
         stream_control.start(settings)
         if not stream_control.wait(settings, 900):
-            print("bench events: the app did not catch up before the steady run", file=sys.stderr)
-            return 1
-        if args.warmup > 0:  # a driver started just before warms up (JIT, Python workers) in its first batches
-            _loadgen(settings, args.rate, args.warmup, args.seed + WARMUP_SEED_OFFSET, work / "warmup.json")
+            log.error("bench events: the app did not catch up before the steady run")
+            return None
+        if warmup > 0:  # a driver started just before warms up (JIT, Python workers) in its first batches
+            _loadgen(settings, rate, warmup, seed + WARMUP_SEED_OFFSET, work / "warmup.json")
             if not stream_control.wait(settings, 900):
-                print("bench events: the app did not catch up after the warm-up", file=sys.stderr)
-                return 1
-        steady = _loadgen(settings, args.rate, args.duration, args.seed, work / "steady.json")
+                log.error("bench events: the app did not catch up after the warm-up")
+                return None
+        steady = _loadgen(settings, rate, duration, seed, work / "steady.json")
         if not stream_control.wait(settings, 900):
-            print("bench events: the app did not catch up after the steady run", file=sys.stderr)
-            return 1
+            log.error("bench events: the app did not catch up after the steady run")
+            return None
         ranges = manifest_ranges(steady)
         rows = _ledger_rows(spark, ranges)
         rates = _rates(rows)
         fresh = freshness(spark, ranges)
         results["steady"] = {
-            "target_rate": args.rate, "produced": steady["total_sent"],
+            "target_rate": rate, "produced": steady["total_sent"],
             "produced_per_s": round(_produced_per_second(steady), 1),
             "landed_per_s": rates["landed_per_s"], "hot_per_s": rates["hot_per_s"],
             "batches": len(rows), "batch_seconds_p50": round(percentile([r.batch_seconds for r in rows], 0.5), 2),
@@ -210,38 +203,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             "freshness_max_s": round(max(fresh), 2) if fresh else None,
             "step_seconds_mean": step_means(rows),
         }
-        print(f"bench events steady: {json.dumps(results['steady'])}", flush=True)
+        log.info(f"bench events steady: {json.dumps(results['steady'])}")
 
-    if not args.skip_catchup:
+    if not skip_catchup:
         stream_control.stop(settings)
-        duration = args.backlog / args.backlog_rate
         # The loadgen sends exactly round(rate * duration) records.
-        backlog = _loadgen(settings, args.backlog_rate, duration, args.seed + 1, work / "backlog.json")
-        ranges = manifest_ranges(backlog)
+        backlog_doc = _loadgen(settings, backlog_rate, backlog / backlog_rate, seed + 1, work / "backlog.json")
+        ranges = manifest_ranges(backlog_doc)
         n_raw, raw_rate = raw_ceiling(settings, ranges)
         t0 = time.monotonic()
-        log = supervisor.log_path(settings, stream_control.PROGRAM)
-        log_from = log.stat().st_size if log.exists() else 0
+        app_log = supervisor.log_path(settings, stream_control.PROGRAM)
+        log_from = app_log.stat().st_size if app_log.exists() else 0
         stream_control.start(settings)
         cpu_before = _at_first_batch(settings, log_from)
         if not stream_control.wait(settings, 3600):
-            print("bench events: the app did not catch up with the backlog", file=sys.stderr)
-            return 1
+            log.error("bench events: the app did not catch up with the backlog")
+            return None
         wall = time.monotonic() - t0
         pid = int((supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid") or 0)
         cpu = cpu_split(cpu_before, cpu_snapshot(pid, stream_executors_of(settings))) if cpu_before else None
         rows = _ledger_rows(spark, ranges)
         rates = _rates(rows)
-        rate = float(rates["landed_per_s"] or "nan")
+        ingest_rate = float(rates["landed_per_s"] or "nan")
         results["catchup"] = {
-            "backlog": backlog["total_sent"], "produced_per_s": round(_produced_per_second(backlog), 1),
-            "batches": len(rows), "ingest_per_s": round(rate, 1), "hot_per_s": rates["hot_per_s"],
+            "backlog": backlog_doc["total_sent"], "produced_per_s": round(_produced_per_second(backlog_doc), 1),
+            "batches": len(rows), "ingest_per_s": round(ingest_rate, 1), "hot_per_s": rates["hot_per_s"],
             "wall_seconds_incl_startup": round(wall, 1),
             "raw_ceiling_records": n_raw, "raw_ceiling_per_s": round(raw_rate, 1),
-            "ingest_to_ceiling_ratio": round(rate / raw_rate, 3) if raw_rate else None,
+            "ingest_to_ceiling_ratio": round(ingest_rate / raw_rate, 3) if raw_rate else None,
             "step_seconds_mean": step_means(rows), "batch_records_mean": round(rates["records"] / len(rows)),
             "cpu_from_the_first_batch": cpu,
         }
-        print(f"bench events catch-up: {json.dumps(results['catchup'])}", flush=True)
-    print(json.dumps(results, indent=2))
-    return 0
+        log.info(f"bench events catch-up: {json.dumps(results['catchup'])}")
+    return results

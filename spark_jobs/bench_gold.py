@@ -13,16 +13,18 @@
 
 from __future__ import annotations
 
-import argparse
+import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 DUCKDB_DAILY_SALES = """
 WITH lines AS (
@@ -63,7 +65,11 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
     return best, result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def bench(days: int, end: date | None, repeat: int, skip_backfill: bool, scales: Sequence[int],
+          progress: Callable[[int], None] | None = None) -> int:
+    """Backfill the last ``days`` days through Airflow (unless ``skip_backfill``), then time fct_daily_sales on
+    Spark and DuckDB at each of ``scales``; logs the figures. Returns 1 if the engines' results differ.
+    ``progress`` gets the number of scales compared after each (a progress bar)."""
     import duckdb
 
     from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
@@ -71,62 +77,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
 
-    p = argparse.ArgumentParser(prog="lake bench gold", description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--days", type=int, default=7, help="the last N complete UTC days (default 7)")
-    p.add_argument("--end", help="day after the last day, YYYY-MM-DD (default today UTC)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per engine; the best is reported")
-    p.add_argument("--skip-backfill", action="store_true", help="only the Spark vs DuckDB comparison")
-    p.add_argument("--scales", default="1,10,100",
-                   help="comma-separated copies of the input to compare the engines on (default 1,10,100)")
-    args = p.parse_args(list(argv or []))
-    if args.days < 1 or args.repeat < 1:
-        p.error("--days and --repeat must be >= 1")
-    try:
-        scales = [int(k) for k in args.scales.split(",") if k.strip()]
-    except ValueError:
-        p.error(f"--scales {args.scales!r}: give whole numbers, e.g. 1,10,100")
-    if not scales or min(scales) < 1:
-        p.error(f"--scales {args.scales!r}: give whole numbers >= 1, e.g. 1,10,100")
-    end_day = date.fromisoformat(args.end) if args.end else datetime.now(UTC).date()
-    first = end_day - timedelta(days=args.days)
-    start, end = datetime(first.year, first.month, first.day, tzinfo=UTC), datetime(
+    end_day = end or datetime.now(UTC).date()
+    first = end_day - timedelta(days=days)
+    start, stop = datetime(first.year, first.month, first.day, tzinfo=UTC), datetime(
         end_day.year, end_day.month, end_day.day, tzinfo=UTC)
     settings = load_settings()
-    print(f"bench gold: {args.days} day(s) {first} .. {end_day - timedelta(days=1)}", flush=True)
+    log.info(f"bench gold: {days} day(s) {first} .. {end_day - timedelta(days=1)}")
 
-    if not args.skip_backfill:
+    if not skip_backfill:
         client = AirflowClient(settings)
         client.wait_for_dag(GOLD_DAG)
         client.unpause(GOLD_DAG)
         t0 = time.monotonic()
         bf = client.backfill(GOLD_DAG, first, end_day - timedelta(days=1), "completed")
         states = client.wait_backfill(GOLD_DAG, int(bf["id"]),
-                                      [first + timedelta(days=i) for i in range(args.days)], timeout=3600)
+                                      [first + timedelta(days=i) for i in range(days)], timeout=3600)
         backfill_s = time.monotonic() - t0
         ok = sum(1 for s in states.values() if s == "success")
-        print(f"backfill: {args.days} day(s) in {backfill_s:.1f} s ({backfill_s / args.days:.1f} s a day), "
-              f"{ok}/{args.days} succeeded", flush=True)
+        log.info(f"backfill: {days} day(s) in {backfill_s:.1f} s ({backfill_s / days:.1f} s a day), "
+                 f"{ok}/{days} succeeded")
 
     spark = connect_session(settings)
     tmp = Path(tempfile.mkdtemp(prefix="lake-bench-gold-"))
     try:
         orders = spark.table("silver.orders").where(
-            f"placed_at >= TIMESTAMP'{start.isoformat()}' AND placed_at < TIMESTAMP'{end.isoformat()}'")
+            f"placed_at >= TIMESTAMP'{start.isoformat()}' AND placed_at < TIMESTAMP'{stop.isoformat()}'")
         items = spark.table("silver.order_items").join(orders.select("order_id"), "order_id", "left_semi")
         import pyarrow.parquet as pq
 
         o_arrow, i_arrow = orders.toArrow(), items.toArrow()
         pq.write_table(o_arrow, tmp / "orders.parquet")
         pq.write_table(i_arrow, tmp / "items.parquet")
-        print(f"input: {o_arrow.num_rows} orders, {i_arrow.num_rows} items written once as Parquet ({tmp})",
-              flush=True)
+        log.info(f"input: {o_arrow.num_rows} orders, {i_arrow.num_rows} items written once as Parquet ({tmp})")
         # The Connect server runs on this machine: it reads the same local Parquet files DuckDB reads.
         def run_spark(orders_path: Path, items_path: Path) -> list[Any]:
             o = spark.read.parquet(str(orders_path))
             i = spark.read.parquet(str(items_path))
             empty_dim = spark.createDataFrame([], "customer_key bigint, customer_id bigint, valid_from timestamp, "
                                                   "valid_to timestamp, is_deleted boolean")
-            f = fct_orders(o, i, empty_dim, start, end)
+            f = fct_orders(o, i, empty_dim, start, stop)
             return [tuple(r) for r in fct_daily_sales(f).select(
                 "order_date", "currency", "orders", "paid_orders", "revenue", "refunded_amount", "cancelled_orders",
                 "units", "customers").collect()]
@@ -135,20 +124,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             con = duckdb.connect()
             con.execute("SET TimeZone = 'UTC'")
             sql = DUCKDB_DAILY_SALES.format(items=items_path, orders=orders_path,
-                                            start=start.isoformat(), end=end.isoformat())
+                                            start=start.isoformat(), end=stop.isoformat())
             return con.execute(sql).fetchall()
 
         results = []
-        for k in scales:
+        for done, k in enumerate(scales, 1):
             o_path, i_path = _scaled(tmp, k)
-            spark_s, spark_rows = _best(partial(run_spark, o_path, i_path), args.repeat)
-            duck_s, duck_rows = _best(partial(run_duckdb, o_path, i_path), args.repeat)
+            spark_s, spark_rows = _best(partial(run_spark, o_path, i_path), repeat)
+            duck_s, duck_rows = _best(partial(run_duckdb, o_path, i_path), repeat)
             same = _norm(spark_rows) == _norm(duck_rows)
             results.append(same)
-            print(f"fct_daily_sales over {args.days} day(s), input x{k} ({k * o_arrow.num_rows:,} orders, "
-                  f"{k * i_arrow.num_rows:,} items): Spark {spark_s:.2f} s, DuckDB {duck_s:.3f} s (best of "
-                  f"{args.repeat}); Spark/DuckDB = {spark_s / max(duck_s, 1e-9):.1f}x (goal <= 3x); results "
-                  f"{'identical' if same else 'DIFFER'} ({len(spark_rows)} rows)", flush=True)
+            log.info(f"fct_daily_sales over {days} day(s), input x{k} ({k * o_arrow.num_rows:,} orders, "
+                     f"{k * i_arrow.num_rows:,} items): Spark {spark_s:.2f} s, DuckDB {duck_s:.3f} s (best of "
+                     f"{repeat}); Spark/DuckDB = {spark_s / max(duck_s, 1e-9):.1f}x (goal <= 3x); results "
+                     f"{'identical' if same else 'DIFFER'} ({len(spark_rows)} rows)")
+            if progress is not None:
+                progress(done)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if all(results) else 1
@@ -169,7 +160,3 @@ def _scaled(tmp: Path, k: int) -> tuple[Path, Path]:
         con.execute(f"COPY (SELECT * REPLACE ({shift}) FROM read_parquet('{src}'), range({k}) t(copy)) "
                     f"TO '{dst}' (FORMAT parquet)")
     return o_path, i_path
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

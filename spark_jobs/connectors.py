@@ -11,6 +11,7 @@ connector and all its tasks run, printing a failed task's trace otherwise.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +23,8 @@ from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack.configs import template_values
 from spark_jobs.stack.health import failure_line, status_parts
 from spark_jobs.stack.templates import render_template
+
+log = logging.getLogger(__name__)
 
 CONNECTORS_DIR = REPO_ROOT / "connectors"
 _SECRET_WORDS = ("password", "secret", "credential")
@@ -97,10 +100,10 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
             current = None
         if current is not None and {k: v for k, v in current.items() if k != "name"} == config:
             # A PUT of the same config restarts the connector; unchanged means untouched.
-            print(f"{name} unchanged ({path.relative_to(REPO_ROOT)})", flush=True)
+            log.info("%s unchanged (%s)", name, path.relative_to(REPO_ROOT))
         else:
             _request(settings, "PUT", f"/connectors/{name}/config", config)
-            print(f"applied {name} from {path.relative_to(REPO_ROOT)}", flush=True)
+            log.info("applied %s from %s", name, path.relative_to(REPO_ROOT))
             changed.add(name)
         names.append(name)
     deadline = time.monotonic() + timeout
@@ -121,7 +124,7 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
             if status["connector"]["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks):
                 seen += 1
                 if seen >= needed:
-                    print(f"  {name}: RUNNING ({len(tasks)} task(s))", flush=True)
+                    log.info("  %s: RUNNING (%d task(s))", name, len(tasks))
                     break
                 time.sleep(2)
                 continue
@@ -135,7 +138,7 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
 
     try:
         for line in ensure_retention(settings, create_events=False):
-            print(f"  kafka: {line}", flush=True)
+            log.info("  kafka: %s", line)
     except TopicError as exc:
         raise ConnectorError(str(exc)) from exc
     return names

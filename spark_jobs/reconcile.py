@@ -21,14 +21,12 @@ same aggregation computed in batch from ``silver.events``.
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.settings import Settings, load_settings
+from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -199,17 +197,3 @@ def render(report: dict[str, Any]) -> str:
                      f"{t['compared']}: {len(t['differing_windows'])} differ from batch")
     lines.append("BALANCED" if report["ok"] else "NOT BALANCED:\n  " + "\n  ".join(report["problems"]))
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lake reconcile events", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--manifest", type=Path, help="a `lake loadgen events` manifest: scope and what was sent")
-    parser.add_argument("--all-windows", action="store_true",
-                        help="compare open hot windows too (after `lake stream wait`, with no load running)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    if args.manifest and not args.manifest.is_file():
-        parser.error(f"--manifest {args.manifest}: no such file (lake loadgen events prints where it wrote it)")
-    report = run(load_settings(), args.manifest, args.all_windows)
-    print(json.dumps(report, indent=2, default=str) if args.json else render(report))
-    return 0 if report["ok"] else 1

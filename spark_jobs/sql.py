@@ -11,6 +11,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+import click
+
 FORMATS = ("table", "csv", "json")
 
 
@@ -131,7 +133,7 @@ def run(statements: str | None, fmt: str, local: bool = False) -> int:
                 rows = result.collect()
             except PySparkException as exc:
                 message = str(exc).split("\n\nJVM stacktrace:")[0]  # the server's Java frames help no user
-                print(f"error in statement: {stmt[:200]}\n{message}", file=sys.stderr)
+                click.echo(f"error in statement: {stmt[:200]}\n{message}", err=True)
                 return False
         if result is not None:
             sys.stdout.write(format_rows(result.columns, [tuple(r) for r in rows], fmt))
@@ -142,13 +144,13 @@ def run(statements: str | None, fmt: str, local: bool = False) -> int:
             return 0 if execute(statements) else 1
         finally:
             spark.stop()
-    print("lake sql: statements end with ';'. Ctrl-D to quit.", file=sys.stderr)
+    click.echo("lake sql: statements end with ';'. Ctrl-D to quit.", err=True)
     pending = ""
     while True:
         try:
             line = input("lake> " if not pending else "  ... ")
         except EOFError:
-            print(file=sys.stderr)
+            click.echo(err=True)
             return 0
         pending += line + "\n"
         if pending.rstrip().endswith(";"):

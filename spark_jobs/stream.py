@@ -20,18 +20,22 @@ supervisor restarts the whole app from the checkpoints.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
+
+import click
 
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.streaming.common import status_path
 
 __all__ = ["main", "run", "status_path"]
+
+log = logging.getLogger(__name__)
 
 
 def run(settings: Settings) -> int:
@@ -44,7 +48,7 @@ def run(settings: Settings) -> int:
     try:
         held = claim(settings, [f"lake_{q}" for q in settings.stream_query_list])
     except QueryOwned as exc:
-        print(exc, file=sys.stderr, flush=True)
+        log.error("%s", exc)
         return 3
     try:
         return _run(settings)
@@ -80,7 +84,7 @@ def _run(settings: Settings) -> int:
     if "events" in settings.stream_query_list:
         queries.append(events.start(spark, settings))
     for query in queries:
-        print(f"lake stream: query {query.name} ({query.id}) running", flush=True)
+        log.info("lake stream: query %s (%s) running", query.name, query.id)
 
     stop_requested = threading.Event()
 
@@ -88,7 +92,7 @@ def _run(settings: Settings) -> int:
         # Only a flag: the main thread is inside a py4j call (awaitAnyTermination), and calling
         # into the JVM from the handler re-enters it ("reentrant call" errors). The loop below
         # sees the flag within 5 s and stops the queries.
-        print(f"lake stream: signal {signum}, stopping after the current batches", flush=True)
+        log.info("lake stream: signal %d, stopping after the current batches", signum)
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -101,7 +105,7 @@ def _run(settings: Settings) -> int:
         if query.isActive:
             _stop_between_batches(query)
     for query in failed:
-        print(f"lake stream: query {query.name} failed: {query.exception()}", file=sys.stderr, flush=True)
+        log.error("lake stream: query %s failed: %s", query.name, query.exception())
     return 1 if failed else 0
 
 
@@ -115,10 +119,15 @@ def _stop_between_batches(query: Any, wait: float = 60.0) -> None:
     query.stop()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    del argv
-    return run(load_settings())
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Run every streaming query in the foreground until one stops or SIGTERM: the supervised `stream` program
+    (by hand: `lake stream run`). Exit 3: another driver runs one of the queries."""
+    from spark_jobs import logs
+
+    logs.setup()
+    sys.exit(run(load_settings()))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(prog_name="python -m spark_jobs.stream")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,19 +18,22 @@ from spark_jobs.streaming.common import read_json, status_path
 
 PROGRAM = "stream"
 
+log = logging.getLogger(__name__)
+
 
 def start(settings: Settings) -> None:
     if supervisor.daemon_pid(settings) is None:
         raise StackError("the stack is not running; start it with `lake stack up`")
     supervisor.start_program(settings, PROGRAM)
     info = supervisor.program_info(settings, PROGRAM) or {}
-    print(f"lake stream: {info.get('statename', '?')} (pid {info.get('pid')}); log {supervisor.log_path(settings, PROGRAM)}")
+    log.info("lake stream: %s (pid %s); log %s", info.get("statename", "?"), info.get("pid"),
+             supervisor.log_path(settings, PROGRAM))
 
 
 def stop(settings: Settings) -> None:
     if supervisor.daemon_pid(settings) is not None:
         supervisor.stop_program(settings, PROGRAM)
-    print("lake stream: stopped")
+    log.info("lake stream: stopped")
 
 
 def input_topics(settings: Settings) -> list[str]:
@@ -113,8 +118,10 @@ def report(settings: Settings) -> dict[str, Any]:
     }
 
 
-def wait(settings: Settings, timeout: float) -> bool:
+def wait(settings: Settings, timeout: float, progress: Callable[[int], None] | None = None) -> bool:
     """Block until every change committed in PostgreSQL before the call is in silver.
+
+    ``progress`` gets the records still to apply at each poll (a progress bar).
 
     1. Debezium has confirmed the replication slot past the WAL position of the call;
     2. the streaming app has processed every Kafka offset that existed after step 1.
@@ -128,8 +135,8 @@ def wait(settings: Settings, timeout: float) -> bool:
             if now and now[1] >= target_lsn:
                 break
             if time.monotonic() > deadline:
-                print(f"lake stream wait: Debezium has not confirmed WAL up to {target_lsn} (slot at "
-                      f"{now[1] if now else '?'}); is the connector running? (lake connectors status)")
+                log.warning("lake stream wait: Debezium has not confirmed WAL up to %s (slot at %s); is the "
+                            "connector running? (lake connectors status)", target_lsn, now[1] if now else "?")
                 return False
             time.sleep(1)
     ends = kafka_end_offsets(settings)
@@ -138,13 +145,15 @@ def wait(settings: Settings, timeout: float) -> bool:
         done = processed_offsets(settings)
         behind = {tp: high - (int(done.get(tp, -1)) + 1) for tp, high in ends.items()
                   if high - (int(done.get(tp, -1)) + 1) > 0}
+        if progress is not None:
+            progress(sum(behind.values()))
         if not behind:
             return True
         if time.monotonic() > deadline:
-            print(f"lake stream wait: timed out with lag {behind}; see `lake stream status` and "
-                  f"{supervisor.log_path(settings, PROGRAM)}")
+            log.warning("lake stream wait: timed out with lag %s; see `lake stream status` and %s", behind,
+                        supervisor.log_path(settings, PROGRAM))
             return False
         if time.monotonic() - last_report > 10:
-            print(f"lake stream wait: {sum(behind.values())} record(s) to go", flush=True)
+            log.info("lake stream wait: %d record(s) to go", sum(behind.values()))
             last_report = time.monotonic()
         time.sleep(0.5)

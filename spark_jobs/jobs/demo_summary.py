@@ -6,22 +6,24 @@ closed hot-table window, and where to look next. Reads only.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
+
+import click
 
 LAYERS = ("bronze", "silver", "hot", "gold", "quarantine", "ops")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("first", required=False, default="")
+@click.argument("last", required=False, default="")
+def main(first: str, last: str) -> None:
+    """Print what the lake holds; with FIRST and LAST (YYYY-MM-DD), also gold.fct_daily_sales of those days."""
     from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    first, last = [*args, "", ""][:2]
     settings = load_settings()
     spark = connect_session(settings)
-    print("\n==> rows per layer")
+    click.echo("\n==> rows per layer")
     for db in LAYERS:
         names = sorted(r.tableName for r in spark.sql(f"SHOW TABLES IN {db}").collect() if not r.isTemporary)
         for name in names:
@@ -30,26 +32,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 n = spark.table(f"{db}.{name}").count()
             except Exception as exc:  # noqa: BLE001 - a summary line, not a failure of the demo
-                print(f"  {db}.{name:<34} unreadable: {str(exc).splitlines()[0][:100]}")
+                click.echo(f"  {db}.{name:<34} unreadable: {str(exc).splitlines()[0][:100]}")
                 continue
-            print(f"  {db}.{name:<34} {n:>10,}")
+            click.echo(f"  {db}.{name:<34} {n:>10,}")
     if first and last:
-        print(f"\n==> gold.fct_daily_sales {first} .. {last}")
+        click.echo(f"\n==> gold.fct_daily_sales {first} .. {last}")
         rows = spark.sql(f"SELECT order_date, currency, orders, paid_orders, revenue, refunded_amount, "
                          f"cancelled_orders, units, customers FROM gold.fct_daily_sales "
                          f"WHERE order_date BETWEEN DATE'{first}' AND DATE'{last}' ORDER BY order_date, currency")
-        print("  order_date  cur  orders  paid  revenue      refunded   cancelled  units  customers")
+        click.echo("  order_date  cur  orders  paid  revenue      refunded   cancelled  units  customers")
         for r in rows.collect():
-            print(f"  {r.order_date}  {r.currency:<3}  {r.orders:>6}  {r.paid_orders:>4}  {r.revenue!s:>11}  "
-                  f"{r.refunded_amount!s:>9}  {r.cancelled_orders:>9}  {r.units:>5}  {r.customers:>9}")
+            click.echo(f"  {r.order_date}  {r.currency:<3}  {r.orders:>6}  {r.paid_orders:>4}  {r.revenue!s:>11}  "
+                       f"{r.refunded_amount!s:>9}  {r.cancelled_orders:>9}  {r.units:>5}  {r.customers:>9}")
     newest = spark.sql("SELECT max(window_end) AS w FROM hot.sales_per_minute WHERE window_end <= current_timestamp()")
     w = newest.first()
     if w and w.w is not None:
         end = w.w if w.w.tzinfo else w.w.replace(tzinfo=UTC)
-        print(f"\n==> newest closed hot window: hot.sales_per_minute ends {end.isoformat()} "
-              f"({(datetime.now(UTC) - end).total_seconds():.0f} s ago)")
-    return 0
+        click.echo(f"\n==> newest closed hot window: hot.sales_per_minute ends {end.isoformat()} "
+                   f"({(datetime.now(UTC) - end).total_seconds():.0f} s ago)")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(prog_name="python -m spark_jobs.jobs.demo_summary")

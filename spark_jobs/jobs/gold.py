@@ -18,8 +18,7 @@ stack's one Spark Connect driver (single writer per table on S3, DESIGN.md).
 
 from __future__ import annotations
 
-import argparse
-import sys
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: Build order: the facts read the dimensions, daily sales reads fct_orders.
 STEPS = ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")
@@ -284,20 +285,20 @@ def run_task(step: str, day: str | None, start: datetime | str | None, end: date
     if drill and drill not in STEPS:
         raise RunParamError(f"dq_drill {drill!r} is not a gold table; give one of {', '.join(STEPS)} or leave it empty")
     settings = load_settings()
-    print(f"{dag_id}.{task_id} ({run_id}): building gold.{step} for {interval} on Spark Connect "
-          f"{settings.host}:{settings.spark_connect_port}", flush=True)
+    log.info(f"{dag_id}.{task_id} ({run_id}): building gold.{step} for {interval} on Spark Connect "
+             f"{settings.host}:{settings.spark_connect_port}")
     spark = connect_session(settings)
     gate = quality_gate(spark, settings, step, interval, run_id=run_id, dag_id=dag_id, task_id=task_id)
     if drill == step:
-        print(f"DQ drill: one computed row of gold.{step} is duplicated before the gate; its unique-key block "
-              "expectation must fail this task and nothing may be published", flush=True)
+        log.info(f"DQ drill: one computed row of gold.{step} is duplicated before the gate; its unique-key block "
+                 "expectation must fail this task and nothing may be published")
         clean_gate = gate
 
         def gate(df: DataFrame, table: str) -> DataFrame:
             return clean_gate(df.unionByName(df.limit(1)), table)
 
     result = run_step(spark, settings, step, interval, gate)
-    print(result.line(), flush=True)
+    log.info(result.line())
     return result.line()
 
 
@@ -319,45 +320,9 @@ def quality_gate(spark: SparkSession, settings: Settings, step: str, interval: I
         outcome = validate(spark, df, table, interval=scope, run_id=run_id, dag_id=dag_id, task_id=task_id)
         write_results(spark, settings, outcome)
         write_quarantine(spark, settings, outcome)
-        print(outcome.summary(), flush=True)
+        log.info(outcome.summary())
         if outcome.blocked:
             raise DqBlocked(outcome.summary())
         return outcome.passed
 
     return gate
-
-
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="lake gold build", description="Build gold tables for a range of UTC days "
-                                "on the stack's Spark Connect server (what the lake_gold_daily DAG runs per day).")
-    p.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
-    p.add_argument("--end", help="last day (inclusive), YYYY-MM-DD (default: --start)")
-    p.add_argument("--tables", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
-    return p.parse_args(list(argv))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from spark_jobs.settings import load_settings
-
-    args = _parse(sys.argv[1:] if argv is None else argv)
-    try:
-        first = resolve_interval(None, None, args.start)
-        last_end = resolve_interval(None, None, args.end).end if args.end else first.end
-        if last_end <= first.start:
-            raise IntervalError(f"--end {args.end} must not be before --start {args.start}")
-    except IntervalError as exc:
-        print(f"lake gold build: {exc}", file=sys.stderr)
-        return 2
-    steps = [s.strip() for s in args.tables.split(",") if s.strip()]
-    settings = load_settings()
-    day = first.start
-    while day < last_end:
-        # Dimensions do not depend on the day (rebuilt from the whole history): build them once.
-        todo = steps if day == first.start else [s for s in steps if s in PARTITION]
-        run(settings, Interval(day, day + timedelta(days=1)), todo, progress=lambda line: print(line, flush=True))
-        day += timedelta(days=1)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,14 +7,16 @@ Exit code 0 only if the rows read back from the catalog equal those written.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
+import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import click
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 TABLE = "ops.smoke"
 
@@ -31,38 +33,52 @@ def smoke_rows(spark: SparkSession, run_id: str, rows: int) -> DataFrame:
     ))
 
 
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="smoke", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--run-id", default="manual__" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
-    parser.add_argument("--rows", type=int, default=10)
-    args = parser.parse_args(list(argv))
-    if args.rows < 1:
-        parser.error("--rows must be >= 1")
-    return args
+def _positive(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    if value < 1:
+        raise click.BadParameter(f"--rows must be >= 1, got {value}")
+    return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+@click.command("smoke", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--run-id", default=None, help="rows to replace  [default: manual__<UTC time>]")
+@click.option("--rows", type=int, default=10, show_default=True, callback=_positive, help="rows n=1..N to write")
+def command(run_id: str | None, rows: int) -> int:
+    """Write and read back ops.smoke through the shared catalog; exit 1 on a mismatch.
+
+    Run as `lake job smoke`, and by the lake_smoke DAG (spark-submit of this file).
+    """
+    return main(run_id or "manual__" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"), rows)
+
+
+def main(run_id: str, rows: int) -> int:
+    """Write ``rows`` rows for ``run_id``, read them back through the catalog; 0 only if they are equal."""
     from spark_jobs.session import build_session
     from spark_jobs.settings import load_settings
     from spark_jobs.table_io import replace_partition
 
-    args = _parse(sys.argv[1:] if argv is None else argv)
     settings = load_settings()
     spark = build_session(settings, "lake-smoke")
-    run_id = args.run_id.replace("'", "''")
-    df = smoke_rows(spark, args.run_id, args.rows)
-    replace_partition(df, settings, TABLE, f"run_id = '{run_id}'")
-    back = spark.table(TABLE).where(f"run_id = '{run_id}'")
+    quoted = run_id.replace("'", "''")
+    df = smoke_rows(spark, run_id, rows)
+    replace_partition(df, settings, TABLE, f"run_id = '{quoted}'")
+    back = spark.table(TABLE).where(f"run_id = '{quoted}'")
     got = sorted((r.n, r.square) for r in back.select("n", "square").collect())
-    want = [(n, n * n) for n in range(1, args.rows + 1)]
+    want = [(n, n * n) for n in range(1, rows + 1)]
     location = spark.sql(f"DESCRIBE DETAIL {TABLE}").select("location").first()
-    print(f"smoke: wrote and read back {len(got)} rows of {TABLE} for run_id={args.run_id} "
-          f"at {location[0] if location else '?'}", flush=True)
+    log.info("smoke: wrote and read back %d rows of %s for run_id=%s at %s", len(got), TABLE, run_id,
+             location[0] if location else "?")
     if got != want:
-        print(f"smoke: MISMATCH, expected {len(want)} rows n=1..{args.rows}, got {got[:5]}...", file=sys.stderr)
+        log.error("smoke: MISMATCH, expected %d rows n=1..%d, got %s...", len(want), rows, got[:5])
         return 1
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # spark-submit spark_jobs/jobs/smoke.py --run-id ID --rows N
+    from spark_jobs import logs
+
+    logs.setup()
+    try:
+        raise SystemExit(command.main(prog_name="smoke", standalone_mode=False))
+    except click.ClickException as exc:  # a bad option: Click's message, exit 2
+        exc.show()
+        raise SystemExit(exc.exit_code) from None

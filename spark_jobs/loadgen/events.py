@@ -31,18 +31,15 @@ run could not start.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
-import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.events import (
@@ -52,7 +49,6 @@ from spark_jobs.contracts.events import (
     NOT_JSON,
     OVERSIZED,
     SCHEMA_VERSION,
-    TOPIC,
     WRONG_TYPE,
 )
 
@@ -437,68 +433,3 @@ def summary(m: dict[str, Any]) -> str:
         lines.append(f"  note: reached {m['rate_achieved']:.0f}/s, below the {m['rate_target']:g}/s asked for")
     lines.extend(f"  delivery error: {e}" for e in m["delivery_errors"])
     return "\n".join(lines)
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lake loadgen events",
-                                description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--rate", type=float, required=True, help="records per second")
-    p.add_argument("--duration", type=float, required=True, help="seconds; the run sends round(rate*duration) records")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--late", type=float, default=0.0, help="fraction of records that are late valid events (1-30 min)")
-    p.add_argument("--dup", type=float, default=0.0, help="fraction of records that re-send an earlier valid event")
-    p.add_argument("--bad", type=float, default=0.0,
-                   help="fraction of malformed records (not_json, wrong_type, missing_field, oversized)")
-    p.add_argument("--manifest", type=Path, default=None,
-                   help="where to write the JSON manifest (default <run dir>/loadgen-events-<seed>-<time>.json)")
-    users = p.add_mutually_exclusive_group()
-    users.add_argument("--users-from-db", action="store_true",
-                       help="user ids from shop.customers (the default)")
-    users.add_argument("--users", type=int, default=None, metavar="N", help="user ids 1..N instead of the database")
-    p.add_argument("--topic", default=TOPIC, help=f"topic (default {TOPIC}); created if missing")
-    p.add_argument("--partitions", type=int, default=3, help="partitions when the topic is created (default 3)")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--"]:  # `lake loadgen events -- --rate ...` (the CLI passes the rest through verbatim)
-        argv = argv[1:]
-    args = _build_parser().parse_args(argv)
-    from spark_jobs.events_producer import EventProducer, ProducerError, ensure_topic
-    from spark_jobs.kafka_topics import events_topic_config
-    from spark_jobs.settings import SettingsError, load_settings
-
-    try:
-        settings = load_settings()
-        if args.users is not None:
-            if args.users < 1:
-                raise ValueError(f"--users must be >= 1, got {args.users}")
-            users = list(range(1, args.users + 1))
-        else:
-            users = load_users(settings)
-        generator = ClickstreamGenerator(args.seed, users, late=args.late, dup=args.dup, bad=args.bad)
-        ensure_topic(settings, args.topic, args.partitions, config=events_topic_config(settings))
-        producer = EventProducer(settings, args.topic, client_id="lake-loadgen-events")
-        print(f"loadgen events: {args.rate:g} records/s for {args.duration:g}s, seed {args.seed}, "
-              f"{len(users)} users -> {args.topic} at {settings.kafka_bootstrap} "
-              f"(late {args.late:g}, dup {args.dup:g}, bad {args.bad:g})", flush=True)
-        result = run(producer, generator, rate=args.rate, duration=args.duration,
-                     progress=lambda line: print(line, flush=True))
-    except (LoadgenError, ProducerError, SettingsError, ValueError) as exc:
-        print(f"lake loadgen events: {exc}", file=sys.stderr)
-        return 2
-    path = args.manifest or settings.run_dir / f"loadgen-events-{args.seed}-{int(time.time())}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.manifest, indent=2) + "\n", encoding="utf-8")
-    print(summary(result.manifest), flush=True)
-    print(f"  manifest: {path}", flush=True)
-    if not result.delivered_all:
-        print(f"lake loadgen events: {result.manifest['delivery_failed']} record(s) were not delivered to "
-              f"{args.topic} at {settings.kafka_bootstrap}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

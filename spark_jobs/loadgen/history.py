@@ -19,17 +19,14 @@ another ``--seed`` or wipe the stack's state with ``make clean``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.events import TOPIC
-from spark_jobs.loadgen.history_plan import Change, HistoryPlan, PlanError, id_range, plan_history
+from spark_jobs.loadgen.history_plan import Change, HistoryPlan, id_range
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection as PgConnection
@@ -48,7 +45,8 @@ class HistoryError(RuntimeError):
     """The history could not be written; the message names the service and what to do."""
 
 
-def _where(settings: Settings) -> str:
+def destination(settings: Settings) -> str:
+    """Where the rows go, for messages: the shop database's address."""
     return f"PostgreSQL at {settings.pg_host}:{settings.pg_port} (database {settings.pg_shop_db!r})"
 
 
@@ -60,7 +58,7 @@ def connect(settings: Settings) -> PgConnection:
         return psycopg2.connect(settings.pg_app_dsn(), connect_timeout=5,
                                 application_name="lake-loadgen-history")
     except psycopg2.OperationalError as exc:
-        raise HistoryError(f"cannot connect to {_where(settings)}: {str(exc).strip()}; "
+        raise HistoryError(f"cannot connect to {destination(settings)}: {str(exc).strip()}; "
                            "start it with `lake stack up`") from exc
 
 
@@ -136,7 +134,7 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
     from spark_jobs.events_producer import EventProducer, ensure_topic
     from spark_jobs.kafka_topics import events_topic_config
 
-    where = _where(settings)
+    where = destination(settings)
     own_conn = conn is None
     conn = connect(settings) if conn is None else conn
     try:
@@ -222,65 +220,3 @@ def format_summary(s: dict[str, Any]) -> str:
                  + ", ".join(f"{k} {v:,}" for k, v in ev["by_type"].items()))
     lines.append(f"  simulated changes {s['first_change_at']} .. {s['last_change_at']}; plan sha256 {s['plan_sha256']}")
     return "\n".join(lines)
-
-
-def _end_date(text: str) -> date:
-    try:
-        return date.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--end-date must be YYYY-MM-DD, got {text!r}") from exc
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lake loadgen history",
-                                description="Write a seeded, deterministic past of the shop (PostgreSQL rows "
-                                            "and clickstream events) for the N UTC days before today.")
-    p.add_argument("--days", type=int, default=7, help="how many past UTC days (default 7)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="random seed; it also picks the id range [1e6*(seed+1), 1e6*(seed+2)) (default 0)")
-    p.add_argument("--orders-per-day", type=int, default=200, help="orders placed per day (default 200)")
-    p.add_argument("--events-per-day", type=int, default=2000, help="clickstream events per day (default 2000)")
-    p.add_argument("--end-date", type=_end_date, default=None,
-                   help="first day NOT written, YYYY-MM-DD (default today, UTC); at most today")
-    p.add_argument("--dry-run", action="store_true", help="plan and print the counts; write nothing")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress to stderr)")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    args = _build_parser().parse_args(argv)
-    from spark_jobs.events_producer import InvalidEventError, ProducerError
-    from spark_jobs.settings import SettingsError, load_settings
-
-    out = sys.stderr if args.json else sys.stdout
-    today = datetime.now(UTC).date()
-    end = args.end_date or today
-    try:
-        if end > today:
-            raise PlanError(f"--end-date {end} is after today ({today}, UTC): the history would be in the future")
-        plan = plan_history(args.seed, args.days, end, orders_per_day=args.orders_per_day,
-                            events_per_day=args.events_per_day)
-        if args.dry_run:
-            counts = {t: Counter(c) for t, c in plan.counts().items()}
-            result = summary(plan, counts, Counter(plan.event_counts()), 0, 0.0)
-        else:
-            settings = load_settings()
-            print(f"loadgen history: seed {args.seed}, {args.days} day(s) {plan.start.date()} .. "
-                  f"{(plan.end - timedelta(days=1)).date()}, {len(plan.txs):,} transactions -> {_where(settings)}, "
-                  f"{args.events_per_day * args.days:,} events -> {TOPIC} at {settings.kafka_bootstrap}",
-                  file=out, flush=True)
-            result = write_history(plan, settings, progress=lambda line: print(line, file=out, flush=True))
-    except (PlanError, HistoryError, ProducerError, InvalidEventError, SettingsError) as exc:
-        print(f"lake loadgen history: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result) if args.json else format_summary(result), flush=True)
-    if args.dry_run and not args.json:
-        print("  (dry run: nothing was written)", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

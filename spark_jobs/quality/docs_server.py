@@ -7,7 +7,6 @@ index rebuild. Run by supervisord: ``python -m spark_jobs.quality.docs_server --
 
 from __future__ import annotations
 
-import argparse
 import functools
 import http.server
 import logging
@@ -17,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import click
 
 from spark_jobs.quality import docs
 from spark_jobs.settings import Settings, load_settings
@@ -54,23 +55,23 @@ def render_loop(settings: Settings, stop: threading.Event, interval: float) -> N
         stop.wait(interval)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_jobs.quality.docs_server", description=__doc__)
-    parser.add_argument("--bind", required=True, help="address to listen on (LAKE_HOST)")
-    parser.add_argument("--port", type=int, required=True, help="port (LAKE_DQ_DOCS_PORT)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between render rounds")
-    args = parser.parse_args(argv)
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--bind", required=True, help="address to listen on (LAKE_HOST)")
+@click.option("--port", type=int, required=True, help="port (LAKE_DQ_DOCS_PORT)")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="seconds between render rounds")
+def main(bind: str, port: int, interval: float) -> int:
+    """Serve the GX Data Docs site and render queued validation pages (the dq-docs service)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s")
     settings = load_settings()
     site: Path = docs.data_docs_dir(settings)
     site.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    renderer = threading.Thread(target=render_loop, args=(settings, stop, args.interval), name="render", daemon=True)
+    renderer = threading.Thread(target=render_loop, args=(settings, stop, interval), name="render", daemon=True)
     renderer.start()
-    server_class: type[_Server] = _Server6 if ":" in args.bind else _Server
+    server_class: type[_Server] = _Server6 if ":" in bind else _Server
     handler = functools.partial(_Handler, directory=str(site))
-    with server_class((args.bind, args.port), handler) as server:
-        log.info("serving %s on http://%s:%d/", site, args.bind, args.port)
+    with server_class((bind, port), handler) as server:
+        log.info("serving %s on http://%s:%d/", site, bind, port)
         try:
             server.serve_forever()
         finally:
@@ -79,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(prog_name="python -m spark_jobs.quality.docs_server")

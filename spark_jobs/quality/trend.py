@@ -199,4 +199,3 @@ def refresh_trend_page(spark: SparkSession, settings: Settings) -> None:
         build_trend_page(spark, settings)
     except Exception as exc:  # noqa: BLE001 - a report page; the validation and its results are already recorded
         log.warning("DQ trend page not rebuilt: %s", exc)
-        print(f"WARNING: DQ trend page not rebuilt: {exc}", flush=True)

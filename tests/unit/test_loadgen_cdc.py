@@ -10,7 +10,6 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.loadgen.cdc.cli import main
 from spark_jobs.loadgen.cdc.model import Item, Pool, ShopState
 from spark_jobs.loadgen.cdc.pacing import TokenBucket
 from spark_jobs.loadgen.cdc.plan import Op, Stmt, iter_changes, plan_digest
@@ -190,12 +189,6 @@ def test_token_bucket_caps_saved_tokens():
 def test_token_bucket_rejects_non_positive_rate():
     with pytest.raises(ValueError, match="rate must be > 0"):
         TokenBucket(rate=0, burst=1, now=0.0)
-
-
-def test_main_requires_rate_and_duration(capsys):
-    with pytest.raises(SystemExit):
-        main(["--duration", "1"])
-    assert "--rate" in capsys.readouterr().err
 
 
 # --- normalise_spark_rows and diff_tables

@@ -7,7 +7,6 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 import pytest
 
@@ -26,7 +25,6 @@ from spark_jobs.loadgen.events import (
     ClickstreamGenerator,
     Record,
     event_ids_digest,
-    main,
     run,
 )
 
@@ -205,13 +203,6 @@ def test_run_reports_failed_deliveries() -> None:
     fake = FakeEventProducer(fail_every=10)
     result = run(fake, gen(), rate=10_000, duration=0.05)  # type: ignore[arg-type]
     assert not result.delivered_all and result.manifest["delivery_failed"] == 50
-
-
-def test_cli_rejects_bad_arguments(capsys: Any) -> None:
-    assert main(["--rate", "10", "--duration", "1", "--users", "0"]) == 2
-    assert "--users must be >= 1" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--rate", "10", "--duration", "1", "--users", "5", "--users-from-db"])
 
 
 def test_check_record_detail_for_generated_bad_records() -> None:

@@ -2,9 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from spark_jobs.jobs.smoke import _parse, smoke_rows
+from spark_jobs.jobs.smoke import smoke_rows
 
 
 def test_smoke_rows_exact_output(spark: Any) -> None:
@@ -14,8 +12,3 @@ def test_smoke_rows_exact_output(spark: Any) -> None:
     want = spark.createDataFrame([("r1", 1, 1), ("r1", 2, 4), ("r1", 3, 9)], "run_id string, n int, square long")
     assertDataFrameEqual(got, want)
 
-
-def test_smoke_rejects_bad_row_count(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        _parse(["--rows", "0"])
-    assert "--rows must be >= 1" in capsys.readouterr().err

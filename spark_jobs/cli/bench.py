@@ -1,0 +1,119 @@
+"""``lake bench``: benchmarks that print figures (never assert); docs/benchmarks.md records them."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import click
+
+from spark_jobs.cli import progress
+from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, comma_list
+from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
+
+
+@click.group("bench", cls=LakeGroup)
+def group() -> None:
+    """Benchmarks that print figures (never assert)."""
+
+
+@group.command("cdc")
+@click.option("--rate", type=float, default=1000, show_default=True, help="steady load, changes/s")
+@click.option("--duration", type=float, default=60, show_default=True, help="steady load seconds")
+@click.option("--backlog-seconds", type=float, default=60, show_default=True,
+              help="seconds of full-speed load while the stream is stopped (the catch-up backlog)")
+@click.option("--seed", type=int, default=1, show_default=True, help="loadgen seed")
+@click.option("--warmup", type=float, default=60, show_default=True, help="seconds of unmeasured load first")
+@click.option("--driver", type=click.Choice(("supervised", "own")), default="supervised", show_default=True,
+              help="supervised: `lake stream start`; own: a child driver with LAKE_STREAM_QUERIES=cdc")
+@click.option("--async-commit", is_flag=True,
+              help="the loadgen's sessions commit with synchronous_commit=off (as `lake loadgen cdc --async-commit`): "
+                   "a higher reachable rate where WAL flushes limit it; latency is still from the PostgreSQL commit")
+@click.option("--connections", type=int, default=DEFAULT_CONNECTIONS, show_default=True, callback=at_least(1),
+              help="the loadgen's sessions (as `lake loadgen cdc --connections`)")
+def cdc(rate: float, duration: float, backlog_seconds: float, seed: int, warmup: float, driver: str,
+        async_commit: bool, connections: int) -> int:
+    """Capture/apply rate, commit-to-silver latency, catch-up rate."""
+    from spark_jobs.bench_cdc import bench_cdc
+    from spark_jobs.settings import load_settings
+
+    result = bench_cdc(load_settings(), rate, duration, backlog_seconds, seed, driver, warmup, async_commit,
+                       connections)
+    click.echo(json.dumps(result, indent=2))
+    return 0
+
+
+@group.command("events")
+@click.option("--rate", type=float, default=5000, show_default=True, help="steady produce rate, events/s")
+@click.option("--duration", type=float, default=60, show_default=True, help="steady load seconds")
+@click.option("--backlog", type=int, default=1_000_000, show_default=True, help="catch-up backlog size")
+@click.option("--backlog-rate", type=float, default=100_000, show_default=True,
+              help="produce rate while building the backlog")
+@click.option("--seed", type=int, default=42, show_default=True, help="loadgen seed")
+@click.option("--warmup", type=float, default=10, show_default=True,
+              help="seconds of load at --rate before the steady run, not measured")
+@click.option("--skip-steady", is_flag=True, help="only the catch-up")
+@click.option("--skip-catchup", is_flag=True, help="only the steady run")
+def events(rate: float, duration: float, backlog: int, backlog_rate: float, seed: int, warmup: float,
+           skip_steady: bool, skip_catchup: bool) -> int:
+    """Produce/ingest rates, catch-up, hot-table freshness, raw ceiling; exit 1 if the app did not catch up."""
+    from spark_jobs.bench_events import bench
+
+    results = bench(rate=rate, duration=duration, backlog=backlog, backlog_rate=backlog_rate, seed=seed,
+                    warmup=warmup, skip_steady=skip_steady, skip_catchup=skip_catchup)
+    if results is None:
+        return 1
+    click.echo(json.dumps(results, indent=2))
+    return 0
+
+
+def _scales(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    try:
+        scales = [int(k) for k in comma_list(value)]
+    except ValueError:
+        scales = []
+    if not scales or min(scales) < 1:
+        raise click.BadParameter(f"{value!r}: give whole numbers >= 1, e.g. 1,10,100")
+    return scales
+
+
+@group.command("gold")
+@click.option("--days", type=int, default=7, show_default=True, callback=at_least(1),
+              help="the last N complete UTC days")
+@click.option("--end", type=ISO_DATE, default=None, help="day after the last day  [default: today, UTC]")
+@click.option("--repeat", type=int, default=3, show_default=True, callback=at_least(1),
+              help="runs per engine; the best is reported")
+@click.option("--skip-backfill", is_flag=True, help="only the Spark vs DuckDB comparison")
+@click.option("--scales", default="1,10,100", show_default=True, callback=_scales,
+              help="comma-separated copies of the input to compare the engines on")
+def gold(days: int, end: date | None, repeat: int, skip_backfill: bool, scales: list[int]) -> int:
+    """Backfill seconds, Spark vs DuckDB on fct_daily_sales; exit 1 if the engines' results differ."""
+    from spark_jobs.bench_gold import bench
+
+    with progress.steps("bench gold (scales)", len(scales)) as done:
+        return bench(days, end, repeat, skip_backfill, scales, progress=done)
+
+
+def _dq_tables(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    from spark_jobs.bench_dq import GOLD, SILVER
+
+    if value is None:
+        return [*SILVER, *GOLD]
+    tables = comma_list(value)
+    unknown = [t for t in tables if t not in SILVER + GOLD]
+    if unknown:
+        raise click.BadParameter(f"no benchmark for {', '.join(unknown)}; choose from {', '.join(SILVER + GOLD)}")
+    return tables
+
+
+@group.command("dq")
+@click.option("--day", type=ISO_DATE, default=None,
+              help="gold day to validate  [default: newest complete day in gold.fct_orders]")
+@click.option("--tables", default=None, callback=_dq_tables, help="comma-separated suites to run  [default: all]")
+@click.option("--repeat", type=int, default=3, show_default=True, callback=at_least(1), help="runs per suite")
+def dq(day: date | None, tables: list[str], repeat: int) -> int:
+    """Seconds per data-quality suite and per million rows (silver, a gold day)."""
+    from spark_jobs.bench_dq import bench
+
+    with progress.steps("bench dq (suites)", len(tables)) as done:
+        return bench(tables, day, repeat, progress=done)

@@ -1,0 +1,86 @@
+"""``lake stack``: the local stack of services."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from spark_jobs.cli.base import LakeGroup, json_option
+
+
+@click.group("stack", cls=LakeGroup)
+def group() -> None:
+    """The local stack of services."""
+
+
+@group.command("up")
+@click.argument("services", nargs=-1)
+def up(services: tuple[str, ...]) -> int:
+    """Start every service (idempotent) and wait until healthy.
+
+    SERVICES: only these services (and those before them).
+    """
+    from spark_jobs.stack import manager
+
+    settings = manager.up(list(services) or None)
+    _print_welcome(settings)
+    return 0
+
+
+@group.command("down")
+def down() -> int:
+    """Stop every service; leaves no process behind."""
+    from spark_jobs.stack import manager
+
+    manager.down()
+    return 0
+
+
+@group.command("status")
+@json_option()
+def status(as_json: bool) -> int:
+    """Health of each service; exit 1 when a service is down or a program is FATAL/BACKOFF."""
+    from spark_jobs.stack import manager
+
+    report = manager.status()
+    if as_json:
+        for svc in report["services"].values():
+            svc.pop("detail", None)
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo("\n".join(manager.format_status(report)))
+    # Warnings alone exit 0.
+    return 0 if report["ok"] else 1
+
+
+@group.command("logs")
+@click.argument("service")
+@click.option("-n", "--lines", type=int, default=100, show_default=True, help="how many of the last lines")
+def logs(service: str, lines: int) -> int:
+    """Last lines of a service's log."""
+    from spark_jobs.stack import manager
+
+    click.echo(manager.logs(service, lines))
+    return 0
+
+
+def _print_welcome(settings: object) -> None:
+    from spark_jobs import kafka_auth
+    from spark_jobs.settings import Settings
+    from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
+
+    assert isinstance(settings, Settings)
+    click.echo(
+               "\nLakestream stack is up.\n"
+               f"  Airflow UI     {settings.airflow_url}  (user {settings.airflow_admin_user}, password: "
+               f"LAKE_AIRFLOW_ADMIN_PASSWORD in {settings.state_dir / '.env'})\n"
+               f"  Kafka          {settings.kafka_bootstrap}  (SASL/SCRAM: LAKE_KAFKA_*_PASSWORD; README, Kafka security)\n"
+               f"  Connect REST   {settings.connect_url}  ({kafka_auth.connect_curl(settings)})\n"
+               f"  MinIO (S3)     {settings.s3_endpoint}  console http://{settings.host}:{settings.minio_console_port}\n"
+               f"  Metastore      {settings.metastore_uri}\n"
+               f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user {THRIFT_USER}, password "
+               f"LAKE_THRIFT_PASSWORD; beeline -w {thrift_password_path(settings)})\n"
+               f"  Logs           {settings.log_dir}\n"
+               "  Try: lake sql -e 'SHOW DATABASES'   |   lake stack status"
+    )
