@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.errors import StackError, run_tool
+from spark_jobs.stack.errors import StackError, run_tool, system_tool
 from spark_jobs.stack.templates import render_template
 from spark_jobs.stack.tools import pg_bin
 
@@ -69,7 +69,7 @@ def pg_os_user(settings: Settings) -> str | None:
     try:
         pwd.getpwnam(name)
     except KeyError:
-        run_tool(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        run_tool([system_tool("useradd"), "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
              f"creating system user {name} for PostgreSQL")
     return name
 
@@ -80,7 +80,7 @@ def _chown(path: Path, user: str | None) -> None:
 
 
 def _check_traversable(path: Path, user: str) -> None:
-    proc = subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)], check=False)
+    proc = subprocess.run([system_tool("runuser"), "-u", user, "--", "test", "-x", str(path)], check=False)
     if proc.returncode != 0:
         raise StackError(
             f"PostgreSQL runs as OS user '{user}', who cannot reach {path}; "

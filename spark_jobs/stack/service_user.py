@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.errors import StackError, run_tool
+from spark_jobs.stack.errors import StackError, run_tool, system_tool
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,14 @@ def ensure_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        run_tool(["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        run_tool([system_tool("useradd"), "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
                  f"creating system user {name} for the stack's processes")
         return pwd.getpwnam(name)
 
 
 def _reachable(user: str, path: Path, mode: str) -> bool:
     """``test -<mode> path`` as ``user`` (the kernel's own permission check, ACLs included)."""
-    proc = subprocess.run(["runuser", "-u", user, "--", "test", f"-{mode}", str(path)], check=False,
+    proc = subprocess.run([system_tool("runuser"), "-u", user, "--", "test", f"-{mode}", str(path)], check=False,
                           capture_output=True)
     return proc.returncode == 0
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import kafka_auth
+from spark_jobs import kafka_auth, logs
 from spark_jobs.contracts.tables import lake_table
 from spark_jobs.settings import Settings
 from spark_jobs.table_io import table_location
@@ -27,11 +26,11 @@ log = logging.getLogger(__name__)
 def ensure_log_output() -> None:
     """The app's INFO lines (batches, restarts, failpoints) must reach its log: under supervisord that is stdout.
 
-    Plain ``%(message)s`` lines, so the texts tests and ``lake bench`` look for
-    stay as they are; a process that configured logging itself keeps its setup.
+    Its entry points call :func:`spark_jobs.logs.setup`; a process that configured nothing gets the same setup
+    (plain lines, other libraries at WARNING), and one that configured logging itself keeps its setup.
     """
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+        logs.setup()
     package = logging.getLogger("spark_jobs.streaming")
     if package.level == logging.NOTSET:
         package.setLevel(logging.INFO)
