@@ -25,9 +25,8 @@ from playwright.sync_api import Locator, Page, expect, sync_playwright
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 from spark_jobs.settings import REPO_ROOT, Settings
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import CHROMIUM, run_lake
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO_ROOT / ".lake" / "artifacts"
 UI_TIMEOUT_MS = 60_000
 RUNS_TIMEOUT_S = 15 * 60

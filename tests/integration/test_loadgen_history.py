@@ -8,27 +8,15 @@ by no other test).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-import psycopg2
-import pytest
-
 from spark_jobs.loadgen.history import rows_in_range
 from spark_jobs.loadgen.history_plan import plan_history
-from spark_jobs.settings import Settings
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import run_lake
 
 DAYS, ORDERS, EVENTS = 2, 25, 150
-
-
-@pytest.fixture
-def shop(stack: Settings) -> Iterator[Any]:
-    conn = psycopg2.connect(stack.pg_dsn(stack.pg_shop_db))
-    yield conn
-    conn.close()
 
 
 def _free_seed(conn: Any) -> int:
