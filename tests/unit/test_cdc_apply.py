@@ -13,7 +13,7 @@ from spark_jobs.silver.cdc import (
     toastable_columns,
     toastable_columns_of,
 )
-from tests.unit.test_cdc_parse import KEYS, ORDERS
+from tests.unit.cdc_records import KEYS, ORDERS
 
 COLUMNS = silver_columns(ORDERS)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, apply_changes, parse_frame
-from tests.unit.test_cdc_parse import KEYS, ORDERS, Record, change, raw, row, tombstone
+from tests.unit.cdc_records import KEYS, ORDERS, Record, change, raw, row, tombstone
 
 SHOWN = ["id", "status", "notes", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
 

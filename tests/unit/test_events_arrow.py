@@ -19,7 +19,7 @@ from spark_jobs.silver.events_arrow import (
     fast_doc,
     properties_text,
 )
-from tests.unit.test_events_parse import (
+from tests.unit.event_records import (
     EDGE_CASES,
     EVENT_ID,
     KAFKA_TS,

@@ -11,32 +11,13 @@ from decimal import Decimal
 import pytest
 
 from spark_jobs.loadgen.cdc.cli import main
-from spark_jobs.loadgen.cdc.model import Item, Pool, ShopState
+from spark_jobs.loadgen.cdc.model import Item, Pool
 from spark_jobs.loadgen.cdc.pacing import TokenBucket
 from spark_jobs.loadgen.cdc.plan import Op, Stmt, iter_changes, plan_digest
 from spark_jobs.loadgen.cdc.planner import OP_WEIGHTS, PRELUDE, Planner, WeightedChooser, plan_ops
 from spark_jobs.loadgen.cdc.rows import BIG_TEXT_CHARS, order_total
 from spark_jobs.verify import MAX_DIFF_LINES, diff_tables, normalise_spark_rows
-
-
-def seeded_state() -> ShopState:
-    """The model of the migration's snapshot rows (V001__shop_schema.sql)."""
-    from spark_jobs.loadgen.cdc.model import Order
-
-    st = ShopState()
-    st.add_customer(1, n_orders=1)
-    st.add_customer(2, big=True)
-    st.add_customer(3, n_orders=1)
-    st.add_product(10, Decimal("18.90"), big=True)
-    st.add_product(11, Decimal("24.00"))
-    st.add_product(12, Decimal("50.00"))
-    for oid, cid, status, item in ((100, 1, "paid", Item(10, 2, Decimal("18.90"), None)),
-                                   (101, 3, "pending", Item(11, 1, Decimal("24.00"), Decimal("0.0500")))):
-        st.orders[oid] = Order(cid, status, {1: item})
-        st.order_pool.add(oid)
-    st.next_order_id = 1001
-    return st
-
+from tests.unit.shop_snapshot import seeded_state
 
 # --- choosing operations
 
