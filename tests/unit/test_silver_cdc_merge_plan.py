@@ -1,4 +1,4 @@
-"""CDC apply: the MERGE plan's SQL fragments (the statement runs on real Delta tables in test_cdc_merge.py)."""
+"""CDC apply: the MERGE plan's SQL fragments (the statement runs on real Delta tables in test_silver_cdc_apply.py)."""
 
 from __future__ import annotations
 

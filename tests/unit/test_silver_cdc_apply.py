@@ -3,7 +3,7 @@
 Each test sends small inline Debezium batches through what the streaming app runs per table and batch:
 ``parse_frame`` (the parse in Spark's Python workers) then ``apply_changes`` (newest change per key
 against the delete markers, the MERGE into silver, the markers). The parse's own cases are in
-test_cdc_parse.py.
+test_silver_cdc_parse.py.
 """
 
 from __future__ import annotations
