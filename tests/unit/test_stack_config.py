@@ -1,4 +1,4 @@
-"""What spark_jobs/stack renders as a whole: config templates, the supervisor sections, the bucket policy, the pid and socket files."""
+"""What spark_jobs/stack renders as a whole: config templates, supervisor sections, bucket policy, pid and socket files."""
 
 from __future__ import annotations
 
