@@ -92,6 +92,20 @@ def load_in_background(settings: Settings, seed: int, seconds: float, rate: floa
     return thread
 
 
+def process_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` (gone ones count 0)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def running_info(settings: Settings, program: str, timeout: float = 120) -> dict[str, Any]:
     """``program``'s supervisor info once it is RUNNING (`lake stream start` returns while it is STARTING)."""
     from spark_jobs.stack import supervisor

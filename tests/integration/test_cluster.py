@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.proc_cpu import cluster_executors, process_cpu_seconds
+from spark_jobs.proc_cpu import cluster_executors
 from spark_jobs.settings import Settings, load_settings
 from tests.integration.lakehelpers import (
     SALES_SQL,
     gold_backfill,
     lake_sql,
     load_in_background,
+    process_cpu_seconds,
     run_lake,
     shop_cursor,
     wait_and_verify_cdc,

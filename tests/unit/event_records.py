@@ -14,6 +14,7 @@ from spark_jobs.contracts.events import (
     NOT_JSON,
     OVERSIZED,
     WRONG_TYPE,
+    check_record,
 )
 from spark_jobs.loadgen.events import ClickstreamGenerator
 
@@ -158,6 +159,12 @@ EDGE_CASES: list[tuple[str, bytes | None, str | None]] = [
     ("event_time with a trailing newline", enc(event(event_time="2026-11-22T05:00:00Z\n")), INVALID_VALUE),
     ("event_time year 0999", enc(event(event_time="0999-11-22T05:00:00Z")), INVALID_VALUE),
 ]
+
+
+def reason_code(value: bytes | None, kafka_timestamp: datetime) -> str | None:
+    """The contract's reason code for one record value (None: valid)."""
+    result = check_record(value, kafka_timestamp)
+    return None if result is None else result[0]
 
 
 def generated_corpus(n: int = 600) -> list[tuple[str, bytes]]:

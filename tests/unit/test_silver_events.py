@@ -18,7 +18,6 @@ from spark_jobs.contracts.events import (
     NOT_JSON,
     TOPIC,
     check_record,
-    classify_record,
 )
 from spark_jobs.loadgen.events import BAD_KINDS
 from spark_jobs.silver.events import REJECT_SCHEMA, parse_events
@@ -29,6 +28,7 @@ from tests.unit.event_records import (
     enc,
     event,
     generated_corpus,
+    reason_code,
     with_props,
     without,
 )
@@ -55,7 +55,7 @@ def spark_reasons(spark: Any, values: list[bytes | None]) -> dict[int, tuple[str
 
 def test_edge_cases_python_classifier() -> None:
     wrong = {name: (expected, check_record(value, KAFKA_TS)) for name, value, expected in EDGE_CASES
-             if classify_record(value, KAFKA_TS) != expected}
+             if reason_code(value, KAFKA_TS) != expected}
     assert wrong == {}
 
 
@@ -167,7 +167,7 @@ def test_future_limit_is_relative_to_the_kafka_timestamp(spark: Any, late_s: int
     ts = KAFKA_TS - timedelta(seconds=late_s)
     got = spark_reasons_at(spark, enc(doc), ts)
     expected = None if late_s == 0 else INVALID_VALUE
-    assert got == expected == classify_record(enc(doc), ts)
+    assert got == expected == reason_code(enc(doc), ts)
 
 
 def spark_reasons_at(spark: Any, value: bytes, kafka_ts: datetime) -> str | None:
