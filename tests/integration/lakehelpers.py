@@ -143,10 +143,21 @@ def wait_running(settings: Settings, program: str, old_pid: int, timeout: float 
     wait_until(restarted, f"{program} to come back after SIGKILL", timeout)
 
 
-def wait_and_verify_cdc(timeout: float = 900) -> None:
-    """`lake stream wait` (every committed change applied), then `lake verify cdc`: silver equals PostgreSQL."""
+def start_streaming() -> None:
+    """The CDC connector applied and the streaming app started (both idempotent)."""
+    run_lake("connectors", "apply")
+    run_lake("stream", "start")
+
+
+def wait_stream(timeout: int = 900) -> None:
+    """`lake stream wait`: every change committed so far is applied (fails naming what the command said)."""
     waited = run_lake("stream", "wait", "--timeout", str(timeout), check=False, timeout=timeout + 60)
     assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+
+
+def wait_and_verify_cdc(timeout: int = 900) -> None:
+    """`lake stream wait` (every committed change applied), then `lake verify cdc`: silver equals PostgreSQL."""
+    wait_stream(timeout)
     proc = run_lake("verify", "cdc", "--json", check=False, timeout=600)
     diffs = json.loads(proc.stdout)
     assert set(diffs) == {"silver.customers", "silver.products", "silver.orders", "silver.order_items"}

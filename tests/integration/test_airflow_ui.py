@@ -25,7 +25,7 @@ from playwright.sync_api import Locator, Page, expect, sync_playwright
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 from spark_jobs.settings import REPO_ROOT, Settings
-from tests.integration.lakehelpers import CHROMIUM, run_lake
+from tests.integration.lakehelpers import CHROMIUM, start_streaming, wait_stream
 
 ARTIFACTS = REPO_ROOT / ".lake" / "artifacts"
 UI_TIMEOUT_MS = 60_000
@@ -206,10 +206,8 @@ def _check_runs_in_ui(page: Page, settings: Settings, runs: dict[str, dict[str, 
 def lake_tables(stack: Settings) -> Settings:
     """The gold tasks read bronze/silver: the connector and the streaming app must have created them (this file
     runs first in a fresh state dir)."""
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
-    waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    start_streaming()
+    wait_stream(600)
     return stack
 
 

@@ -27,6 +27,7 @@ from tests.integration.lakehelpers import (
     run_lake,
     running_info,
     shop_cursor,
+    start_streaming,
     wait_and_verify_cdc,
     wait_running,
     wait_until,
@@ -35,8 +36,7 @@ from tests.integration.lakehelpers import (
 
 @pytest.fixture(scope="module")
 def cdc(stack: Settings) -> Iterator[Settings]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     yield stack
 
 

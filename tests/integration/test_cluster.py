@@ -25,8 +25,8 @@ from tests.integration.lakehelpers import (
     lake_sql,
     load_in_background,
     process_cpu_seconds,
-    run_lake,
     shop_cursor,
+    start_streaming,
     wait_and_verify_cdc,
     wait_until,
     write_history,
@@ -38,8 +38,7 @@ pytestmark = pytest.mark.skipif(load_settings().spark_cluster_workers == 0,
 
 @pytest.fixture(scope="module")
 def cluster(stack: Settings) -> Iterator[Settings]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     yield stack
 
 

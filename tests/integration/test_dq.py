@@ -43,7 +43,7 @@ import pytest
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient, AirflowError
 from spark_jobs.settings import Settings
-from tests.integration.lakehelpers import CHROMIUM, run_lake, shop_cursor
+from tests.integration.lakehelpers import CHROMIUM, run_lake, shop_cursor, start_streaming, wait_stream
 
 DQ_DAG = "lake_dq_streaming"
 #: The day of this test's orders: far from the last 7 days (test_gold, demo) and 18..20 days ago (test_airflow_ui).
@@ -240,12 +240,10 @@ def spark(stack: Settings) -> Any:
 
 @pytest.fixture(scope="module")
 def state(stack: Settings) -> Iterator[DqState]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     day = _day(stack)
     ensure_shop_rows(stack, day)
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
     yield DqState(day=day)
     # The bad order breaks the shop's own rule (total = half-even items) on purpose: take this module's rows out
     # of PostgreSQL again, so later tests that check the shop's invariants over all orders see a clean shop.
@@ -557,8 +555,7 @@ def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Se
 
 
 def _wait_stream() -> None:
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
 
 
 # ------------------------------------------------------------------------------------------- 4. in a browser

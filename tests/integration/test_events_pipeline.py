@@ -22,7 +22,7 @@ import pytest
 
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack import health, supervisor
-from tests.integration.lakehelpers import LAKE, kill_program, lake_sql, run_lake, wait_running, wait_until
+from tests.integration.lakehelpers import LAKE, kill_program, lake_sql, run_lake, wait_running, wait_stream, wait_until
 
 LOAD = ("--late", "0.05", "--dup", "0.05", "--bad", "0.04")
 
@@ -52,8 +52,7 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 
 
 def _reconcile(settings: Settings, name: str) -> dict[str, object]:
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
     proc = run_lake("reconcile", "events", "--manifest", str(_manifest(settings, name)), "--all-windows", "--json",
                     check=False, timeout=900)
     report: dict[str, object] = json.loads(proc.stdout)

@@ -20,8 +20,9 @@ from tests.integration.lakehelpers import (
     beeline,
     gold_backfill,
     lake_sql,
-    run_lake,
     shop_cursor,
+    start_streaming,
+    wait_stream,
     write_history,
 )
 
@@ -71,11 +72,9 @@ def _versions() -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def gold(stack: Settings) -> Iterator[Settings]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     write_history(DAYS, orders_per_day=120, events_per_day=1500, seeds=range(101, 130))
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
     states = gold_backfill(stack, _days(), "completed")
     assert set(states.values()) == {"success"}, states
     yield stack

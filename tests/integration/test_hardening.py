@@ -26,7 +26,7 @@ import pytest
 
 from spark_jobs.settings import PORT_NAMES, SECRET_NAMES, Settings, env_name
 from spark_jobs.stack import supervisor
-from tests.integration.lakehelpers import LAKE, run_lake, wait_until
+from tests.integration.lakehelpers import LAKE, start_streaming, wait_until
 
 #: pyspark's py4j gateway (in the driver's JVM) and callback server (in the Python driver) listen on
 #: 127.0.0.1 with a random port, authenticated by a per-process secret; Spark 4.1 hard-codes the address
@@ -102,8 +102,7 @@ def _allowed(settings: Settings, listener: Listener, ports: set[int]) -> bool:
 @pytest.fixture(scope="module")
 def streaming(stack: Settings) -> Iterator[Settings]:
     """The stack with the streaming app running its queries (their listeners and command lines count)."""
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     log = supervisor.log_path(stack, "stream")
 
     def queries_running() -> bool:

@@ -11,7 +11,7 @@ from spark_jobs.driver_delta import storage_options, table_uri
 from spark_jobs.settings import Settings
 from spark_jobs.stack.health import s3_client
 from spark_jobs.table_io import LAYERS
-from tests.integration.lakehelpers import run_lake, wait_until
+from tests.integration.lakehelpers import start_streaming, wait_stream, wait_until
 
 
 def _lake_tables(settings: Settings) -> set[str]:
@@ -32,10 +32,8 @@ def _lake_tables(settings: Settings) -> set[str]:
 
 
 def test_every_lake_table_is_declared_with_its_layout(stack: Settings) -> None:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
-    waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    start_streaming()
+    wait_stream(600)
     # The queries create their tables as they start; on a fresh stack the events query may still be starting.
     streaming = {t.name for t in TABLES.values() if "streaming app" in t.writer}
     def all_streaming_tables() -> set[str] | None:
