@@ -71,13 +71,16 @@ def shop_cursor(settings: Settings) -> Iterator[Any]:
         conn.close()
 
 
-def wait_until(check: Callable[[], T | None], what: str, timeout: float, every: float = 1.0) -> T:
-    """Poll ``check`` until it returns something truthy and return that; fail naming ``what`` after ``timeout``
-    seconds (the outcome is the stack's state; the clock only bounds how long the test waits for it)."""
+def wait_until(check: Callable[[], T | None], what: str, timeout: float, every: float = 1.0,
+               detail: Callable[[], object] | None = None) -> T:
+    """Poll ``check`` until it returns something truthy and return that; fail naming ``what`` (and ``detail()``,
+    the state seen last) after ``timeout`` seconds. The outcome is the stack's state; the clock only bounds how
+    long the test waits for it."""
     deadline = time.monotonic() + timeout
     while not (result := check()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            seen = f": {detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
         time.sleep(every)
     return result
 

@@ -43,7 +43,7 @@ import pytest
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient, AirflowError
 from spark_jobs.settings import Settings
-from tests.integration.lakehelpers import CHROMIUM, run_lake, shop_cursor, start_streaming, wait_stream
+from tests.integration.lakehelpers import CHROMIUM, run_lake, shop_cursor, start_streaming, wait_stream, wait_until
 
 DQ_DAG = "lake_dq_streaming"
 #: The day of this test's orders: far from the last 7 days (test_gold, demo) and 18..20 days ago (test_airflow_ui).
@@ -147,21 +147,21 @@ def run_state(client: AirflowClient, dag_id: str, run_id: str) -> str:
 
 def wait_run(client: AirflowClient, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT_S,
              while_waiting: Any = None) -> str:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
+    last = [""]
+
+    def finished() -> str | None:
         state = run_state(client, dag_id, run_id)
-        if state != last:
+        if state != last[0]:
             print(f"  {dag_id} {run_id}: {state}", flush=True)
-            last = state
+            last[0] = state
         if state in ("success", "failed"):
             return state
         if while_waiting is not None:
             while_waiting()
-        if time.monotonic() > deadline:
-            tis = {t["task_id"]: t["state"] for t in client.task_instances(dag_id, run_id)}
-            raise AssertionError(f"{dag_id} run {run_id} not finished after {timeout:.0f} s: {state}, tasks {tis}")
-        time.sleep(5)
+        return None
+
+    return wait_until(finished, f"{dag_id} run {run_id} to finish", timeout, every=5,
+                      detail=lambda: f"{last[0]}, tasks {task_states(client, dag_id, run_id)}")
 
 
 def task_states(client: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
@@ -204,16 +204,16 @@ def dq_streaming_unpaused(client: AirflowClient, run_id: str, *, new_run: bool =
 def wait_task(client: AirflowClient, dag_id: str, run_id: str, task_id: str, done: tuple[str, ...],
               timeout: float = RUN_TIMEOUT_S, while_waiting: Any = None) -> str:
     """Wait until ``task_id`` of the run is in one of ``done``; returns that state."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached() -> str | None:
         state = task_states(client, dag_id, run_id).get(task_id, "")
         if state in done:
             return state
         if while_waiting is not None:
             while_waiting()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{dag_id} {run_id} task {task_id} still {state!r} after {timeout:.0f} s")
-        time.sleep(5)
+        return None
+
+    return wait_until(reached, f"{dag_id} {run_id} task {task_id} to be one of {done}", timeout, every=5,
+                      detail=lambda: f"still {task_states(client, dag_id, run_id).get(task_id, '')!r}")
 
 
 # ------------------------------------------------------------------------------------------- fixtures
@@ -451,7 +451,7 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
     ids = ", ".join(str(i) for i in ORDER_IDS)
     assert _rows(spark, f"SELECT count(*) AS n FROM silver.orders WHERE order_id IN ({ids})")[0]["n"] == len(ORDER_IDS)
     _load_orphan_order(stack, state.day - timedelta(days=1))
-    _wait_stream()
+    wait_stream(900)
     client = AirflowClient(stack)
     run_id = f"manual__dqtest_{uuid.uuid4().hex[:8]}"
     with dq_streaming_unpaused(client, run_id) as drop_scheduled_queued:
@@ -540,22 +540,18 @@ def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Se
         cur.execute("INSERT INTO customers (customer_id, email, full_name, country, loyalty_tier, created_at, "
                     "updated_at) VALUES (%s, %s, 'Late Arrival', 'DE', 'bronze', %s, %s)",
                     (ORPHAN_CUSTOMER, f"dq-test-{ORPHAN_CUSTOMER}@example.com", _at(day, 9, 0), _at(day, 9, 0)))
-    _wait_stream()
+    wait_stream(900)
     with dq_streaming_unpaused(client, run_id, new_run=False) as drop_scheduled_queued:
         cleared = client._call("POST", f"/api/v2/dags/{DQ_DAG}/clearTaskInstances", {
             "dry_run": False, "dag_run_id": run_id, "task_ids": ["silver__orders"], "only_failed": True,
             "reset_dag_runs": True})
         assert [t["task_id"] for t in cleared["task_instances"]] == ["silver__orders"], cleared
-        deadline = time.monotonic() + 120  # the clear resets the task; wait until it is no longer "failed"
-        while task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed" and time.monotonic() < deadline:
-            time.sleep(2)
+        # the clear resets the task; wait until it is no longer "failed"
+        wait_until(lambda: task_states(client, DQ_DAG, run_id).get("silver__orders") != "failed",
+                   "the cleared silver__orders task to leave 'failed'", 120, every=2)
         assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
                          while_waiting=drop_scheduled_queued) == "success", \
             client.task_log(DQ_DAG, run_id, "silver__orders")[-3000:]
-
-
-def _wait_stream() -> None:
-    wait_stream(900)
 
 
 # ------------------------------------------------------------------------------------------- 4. in a browser

@@ -7,7 +7,7 @@ client reported an error.
 
 from __future__ import annotations
 
-import time
+import functools
 import uuid
 from typing import Any
 
@@ -16,7 +16,7 @@ import pytest
 from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
 from spark_jobs.settings import Settings
-from tests.integration.lakehelpers import beeline
+from tests.integration.lakehelpers import beeline, wait_until
 
 CDC_TOPIC = "shop.public.orders"
 
@@ -53,15 +53,16 @@ def topics(stack: Settings) -> Settings:
     from spark_jobs.connectors import apply
 
     apply(stack)
+
+    def present(topic: str) -> bool:
+        try:
+            _end_offsets(stack, topic)
+        except (AssertionError, KeyError):
+            return False
+        return True
+
     for topic in (CDC_TOPIC, EVENTS_TOPIC):
-        for _ in range(60):
-            try:
-                _end_offsets(stack, topic)
-                break
-            except (AssertionError, KeyError):
-                time.sleep(2)
-        else:
-            pytest.fail(f"topic {topic} did not appear at {stack.kafka_bootstrap}")
+        wait_until(functools.partial(present, topic), f"topic {topic} at {stack.kafka_bootstrap}", 120, every=2)
     return stack
 
 
