@@ -40,7 +40,8 @@ def test_every_lake_table_is_declared_with_its_layout(stack: Settings) -> None:
         found = _lake_tables(stack)
         return found if streaming <= found else None
 
-    found = wait_until(all_streaming_tables, f"the streaming app's tables {sorted(streaming)} in the lake", 300, every=5)
+    found = wait_until(all_streaming_tables, "the streaming app's tables in the lake", 300, every=5,
+                       detail=lambda: f"missing {sorted(streaming - _lake_tables(stack))}")
     undeclared = []
     for name in sorted(found):
         try:
