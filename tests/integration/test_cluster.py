@@ -54,7 +54,8 @@ def _app(settings: Settings, name: str, timeout: float = 300) -> dict[str, Any]:
         apps = {a["name"]: a for a in _master_state(settings).get("activeapps", [])}
         return apps[name] if name in apps and int(apps[name].get("cores", 0)) > 0 else None
 
-    return wait_until(running, f"{name} to run on the cluster", timeout, every=2)
+    return wait_until(running, f"{name} to run on the cluster", timeout, every=2,
+                      detail=lambda: f"active apps {sorted(a['name'] for a in _master_state(settings).get('activeapps', []))}")
 
 
 def test_apps_run_their_tasks_on_the_cluster(cluster: Settings) -> None:
