@@ -119,7 +119,8 @@ def test_every_op_names_the_rows_its_statements_touch(seed):
 class RecordingExecutor:
     """Stands in for a PostgreSQL session: logs when each op started and ended on one shared tick counter (no
     wall clock), fails on a chosen op. With ``hold_first`` the first op to run waits until a second op has
-    started, so a run that may overlap ops on disjoint rows does so in every run, not by timing luck."""
+    started, so a run that may overlap ops on disjoint rows does so in every run, not by timing luck. The op
+    chosen to fail waits until the planner has planned a later op on its rows, so there is one to hold back."""
 
     log: ClassVar[list[tuple[Op, int, int]]] = []
     planned: ClassVar[list[Op]] = []
@@ -145,6 +146,8 @@ class RecordingExecutor:
         time.sleep(0)  # yield to the other sessions' threads: more interleavings, no waiting
         try:
             if op.name == self.fail_on:
+                with cls.changed:
+                    cls.changed.wait_for(lambda: _later_conflicting(op), timeout=60)  # bound: fail, not hang
                 raise LoadgenError(f"op {op.name!r} failed on purpose")
         finally:
             with cls.changed:
@@ -185,7 +188,9 @@ def recording(monkeypatch):
 
     def planned(self: Planner) -> Op:
         op = next_op(self)
-        RecordingExecutor.planned.append(op)
+        with RecordingExecutor.changed:
+            RecordingExecutor.planned.append(op)
+            RecordingExecutor.changed.notify_all()
         return op
 
     monkeypatch.setattr(Planner, "next_op", planned)
@@ -197,6 +202,13 @@ def recording(monkeypatch):
 
 def _conflict(a: Op, b: Op) -> frozenset[Key]:
     return (a.writes & (b.writes | b.reads)) | (b.writes & a.reads)
+
+
+def _later_conflicting(op: Op) -> list[Op]:
+    """Ops planned after ``op`` that share rows with it (they must wait for it)."""
+    planned = RecordingExecutor.planned
+    position = next(i for i, o in enumerate(planned) if o is op)
+    return [o for o in planned[position + 1:] if _conflict(op, o)]
 
 
 def test_run_overlaps_only_ops_on_disjoint_rows_and_keeps_the_plan_order_of_the_rest(recording):
