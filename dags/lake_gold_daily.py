@@ -17,11 +17,10 @@ schedules it.
   reprocessing backfill gives identical rows; dimensions are rebuilt whole from
   the complete history (idempotent).
 * **Where Spark runs**: in the stack's long-running Spark Connect server
-  (service `spark-connect`). A task sends its plan there and waits: ~seconds
-  instead of the ~30 s JVM start of a `spark-submit` per task (a 7-day backfill
-  is 35 tasks), and no extra driver heap per task next to the streaming app on
-  a 2-core machine. Pointing `LAKE_SPARK_MASTER` at a cluster moves that
-  server's executors there.
+  (service `spark-connect`). A task sends its plan there and waits, instead of
+  paying a JVM start per `spark-submit` (a 7-day backfill is 35 tasks) and an
+  extra driver heap next to the streaming app. Pointing `LAKE_SPARK_MASTER` at
+  a cluster moves that server's executors there.
 * **One writer per table**: each task takes a slot of its table's pool
   (`gold_<table>`, 1 slot, created by `lake stack up`), so two runs, scheduled
   or backfill, never write the same table at once.

@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
 # Install everything Lakestream needs on a fresh Debian machine, idempotently.
 # Caches: pip -> ~/.cache/pip, Maven -> ~/.m2, Go -> ~/go/pkg/mod and ~/.cache/go-build,
-# our artifacts -> ${LAKE_CACHE_DIR:-~/.cache/lakestream}. A second run reuses them.
+# our artifacts -> ${LAKE_CACHE_DIR:-~/.cache/lakestream, or /var/cache/lakestream as root}. A second run reuses them.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${LAKE_CACHE_DIR:-$HOME/.cache/lakestream}"
+if [ "$(id -u)" -eq 0 ]; then
+  # Run as root, `lake` switches to an unprivileged user (spark_jobs.stack.service_user) who must read the
+  # artifacts; root's home is private, so root's cache lives in /var/cache (the same default as the settings).
+  CACHE="${LAKE_CACHE_DIR:-/var/cache/lakestream}"
+  if [ -z "${LAKE_CACHE_DIR:-}" ] && [ ! -e "$CACHE" ] && [ -d "$HOME/.cache/lakestream" ]; then
+    # Keep an earlier cache warm: hard links (no copy) when on the same file system.
+    mkdir -p "$(dirname "$CACHE")" && { cp -al "$HOME/.cache/lakestream" "$CACHE" 2>/dev/null || cp -a "$HOME/.cache/lakestream" "$CACHE"; }
+  fi
+else
+  CACHE="${LAKE_CACHE_DIR:-$HOME/.cache/lakestream}"
+fi
 VENV="${LAKE_VENV:-$REPO/.venv}"
+if [ -z "${PYTHON:-}" ] && [ "$(id -u)" -eq 0 ] && [ -x /usr/bin/python3.11 ]; then
+  # As root: the system's Python 3.11, which the service user lake switches to can run (a pyenv or other
+  # interpreter under root's private home cannot be reached by it; spark_jobs.stack.service_user).
+  PYTHON=/usr/bin/python3.11
+fi
 PYTHON="${PYTHON:-python3.11}"
 MINIO_MODULE="github.com/minio/minio"
 # Newest pseudo-version on the Go module proxy (the repository was archived;
@@ -49,6 +64,11 @@ echo "ok ($(java -version 2>&1 | head -1), $(go version | cut -d' ' -f3), $("$PY
 step "Python environment $VENV"
 stamp="$VENV/.lake-stamp"
 want="$(sha "$REPO/pyproject.toml")"
+base="$("$PYTHON" -c 'import sys; print(sys.base_prefix)')"
+if [ -x "$VENV/bin/python" ] && [ "$("$VENV/bin/python" -c 'import sys; print(sys.base_prefix)' 2>/dev/null)" != "$base" ]; then
+  echo "recreating $VENV on $PYTHON ($base): it was made with another Python"
+  rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then "$PYTHON" -m venv "$VENV"; fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
@@ -90,6 +110,11 @@ else
     | awk 'NR % 50 == 0 {printf "  ... %d packages compiled\n", NR; fflush()}'
   [ -x "$bin" ] || die "go install $MINIO_MODULE@$MINIO_VERSION produced no binary"
   echo "$MINIO_VERSION" > "$bin.version"
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  rm -rf "$CACHE/classes"  # compiled helpers now live in each state dir (built by lake stack up)
+  chmod -R go+rX "$CACHE"  # readable by the service user lake switches to; nothing secret in it
 fi
 
 step "setup done in ${SECONDS}s"

@@ -14,7 +14,6 @@ into a temporary GX project, so the served site and ``ops.dq_results`` are not t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import statistics
 import tempfile
@@ -60,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     day = date.fromisoformat(args.day) if args.day else _latest_full_day(spark)
     tmp = Path(tempfile.mkdtemp(prefix="lake-bench-dq-"))
     # Data Docs go to a throwaway GX project: the bench must not add pages to the served site.
-    bench_settings = dataclasses.replace(settings, state_dir=tmp)
+    bench_settings = settings.model_copy(update={"state_dir": tmp})
     print(f"bench dq: {len(tables)} suite(s), gold day {day}, {args.repeat} run(s) each, Spark Connect "
           f"{settings.host}:{settings.spark_connect_port}", flush=True)
     print(f"{'suite':<24} {'rows':>9} {'expect.':>7} {'best s':>8} {'median s':>9} {'s per 1M rows':>14}", flush=True)

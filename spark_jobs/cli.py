@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -134,9 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.args = rest
     # What lake writes (state dir, reports, Spark's local files) is the user's alone, like the stack's programs.
     os.umask(0o077)
+    # Library code logs; the user sees its INFO lines as plain output (stack/ progress lines).
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     from spark_jobs.connectors import ConnectorError
     from spark_jobs.quality.suites import SuiteError
-    from spark_jobs.stack.supervisor import StackError
+    from spark_jobs.stack.errors import StackError
 
     try:
         return _dispatch(args)
@@ -322,7 +326,7 @@ def _stream(args: argparse.Namespace) -> int:
 def _print_welcome(settings: object) -> None:
     from spark_jobs import kafka_auth
     from spark_jobs.settings import Settings
-    from spark_jobs.stack.services import THRIFT_USER, thrift_password_path
+    from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
 
     assert isinstance(settings, Settings)
     print(
@@ -341,5 +345,22 @@ def _print_welcome(settings: object) -> None:
     )
 
 
+def entry() -> int:
+    """The ``lake`` command: started by root, it first becomes the unprivileged service user
+    (:mod:`spark_jobs.stack.service_user`); then :func:`main`."""
+    if os.geteuid() == 0:
+        from spark_jobs.settings import load_settings
+        from spark_jobs.stack.errors import StackError
+        from spark_jobs.stack.service_user import run_as_service_user
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+        try:
+            run_as_service_user(load_settings())
+        except (StackError, SettingsError) as exc:
+            print(f"lake: {exc}", file=sys.stderr)
+            return 2
+    return main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

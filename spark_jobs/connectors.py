@@ -19,8 +19,9 @@ from typing import Any
 
 from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.stack.configs import template_values
 from spark_jobs.stack.health import failure_line, status_parts
-from spark_jobs.stack.services import render_template, template_values
+from spark_jobs.stack.templates import render_template
 
 CONNECTORS_DIR = REPO_ROOT / "connectors"
 _SECRET_WORDS = ("password", "secret", "credential")

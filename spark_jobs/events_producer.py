@@ -17,13 +17,14 @@ records). Delivery reports are counted in :attr:`EventProducer.stats`.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import (
@@ -261,12 +262,12 @@ def ensure_topic(settings: Settings, topic: str = TOPIC, partitions: int = 3, re
             created = False  # another process made it meanwhile
         else:
             raise ProducerError(f"cannot create topic {topic} ({partitions} partitions) at {bootstrap}: {exc}") from exc
-    deadline = time.monotonic() + timeout
-    while True:  # metadata propagates after creation; producing earlier fails with UNKNOWN_TOPIC
+    def visible() -> bool:  # metadata propagates after creation; producing earlier fails with UNKNOWN_TOPIC
         meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) > 0:
-            return created
-        if time.monotonic() > deadline:
-            raise ProducerError(f"topic {topic} at {bootstrap} was created but its metadata did not appear "
-                                f"within {timeout:g}s")
-        time.sleep(0.2)
+        return meta is not None and meta.error is None and len(meta.partitions) > 0
+
+    if not Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.2), retry=retry_if_result(lambda ok: not ok),
+                    retry_error_callback=lambda state: False)(visible):
+        raise ProducerError(f"topic {topic} at {bootstrap} was created but its metadata did not appear "
+                            f"within {timeout:g}s")
+    return created

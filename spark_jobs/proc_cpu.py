@@ -1,6 +1,6 @@
 """CPU seconds of a streaming app's processes and threads, split into driver and executor work (from /proc).
 
-The benches report the driver's share of the CPU during catch-up (issue 19: goal <= 10%):
+The benches report the driver's share of the CPU during catch-up (goal <= 10%):
 :func:`cpu_snapshot` before and after, :func:`cpu_split` of the two. In ``local[*]`` the driver JVM also
 runs the tasks, so its threads are told apart by name; GC/JIT/VM threads serve both sides and are
 reported apart (``jvm_shared``), as are threads that exited in between. On a standalone cluster the

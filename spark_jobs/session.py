@@ -40,8 +40,8 @@ DELTA_CONF: dict[str, str] = {
     # checkpoint + JSON commits, re-run after each commit (delta-io/delta#4708, PR #7670
     # describes the same per-micro-batch cost). With the set transactions and, for tables up to
     # allFilesInCrc.thresholdNumFiles files, the file list kept in the .crc (computed
-    # incrementally at commit), those reads need no job. Measured on this machine (warm JVM,
-    # 300-row batches against MinIO): append 4.4 s -> 1.2 s, MERGE 8.5 s -> 3.2 s.
+    # incrementally at commit), those reads need no job (figures: docs/benchmarks.md, "Figures moved
+    # out of code comments").
     # The histogram aggregation is skipped: delta-io/delta#6854 (a redundant aggregate per snapshot).
     "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
     "spark.databricks.delta.allFilesInCrc.enabled": "true",
@@ -52,10 +52,9 @@ DELTA_CONF: dict[str, str] = {
 }
 
 
-#: Compiled code kept for reuse (a static conf: set before the session starts). One CDC MERGE batch needs ~97
-#: generated classes, the same every batch; with Spark's default cache of 100 entries the streaming app's
-#: queries (four CDC tables, events) and the gold tasks evicted each other's and recompiled all of them every
-#: batch (Janino: ~3-4 s of a ~20 s MERGE batch here, 0 after warm-up with this cache; docs/benchmarks.md).
+#: Compiled code kept for reuse (a static conf: set before the session starts). With Spark's default cache of
+#: 100 entries the queries of one driver evicted each other's generated classes and recompiled them every batch
+#: (docs/benchmarks.md, "Generated code recompiled every batch").
 CODEGEN_CONF: dict[str, str] = {"spark.sql.codegen.cache.maxEntries": "2000"}
 
 

@@ -11,7 +11,7 @@ from spark_jobs.connectors import slot_positions
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
 from spark_jobs.stack import supervisor
-from spark_jobs.stack.supervisor import StackError
+from spark_jobs.stack.errors import StackError
 from spark_jobs.streaming.common import read_json, status_path
 
 PROGRAM = "stream"

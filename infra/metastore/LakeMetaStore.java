@@ -9,7 +9,7 @@
  * does for the non-SASL, unframed setup the stack uses.
  *
  * Usage: java -cp <hive-site dir>:<pyspark jars>/*:<classes> LakeMetaStore HOST PORT
- * Compiled by `lake stack up` (spark_jobs.stack.services.metastore_classes).
+ * Compiled by `lake stack up` (spark_jobs.stack.tools.build_java_classes).
  */
 
 import java.net.InetSocketAddress;

@@ -7,7 +7,7 @@
  * `lake stack up`), read on every login so a changed password needs no restart. Passwords are compared in
  * constant time; an unknown user and a wrong password fail alike.
  *
- * Compiled by `lake stack up` with the metastore launcher (spark_jobs.stack.services.java_classes_dir).
+ * Compiled by `lake stack up` with the metastore launcher (spark_jobs.stack.tools.build_java_classes).
  */
 
 import java.io.IOException;

@@ -10,10 +10,13 @@ changed) and raises :class:`DqBlocked` if a ``block`` expectation failed.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.quality.runner import SETTLE_SECONDS, DqBlocked, DqOutcome, validate
+from spark_jobs.quality.outcome import DqBlocked, DqOutcome
+from spark_jobs.quality.params import SETTLE_SECONDS
+from spark_jobs.quality.runner import validate
 from spark_jobs.quality.store import RESULTS_TABLE, write_quarantine, write_results
 from spark_jobs.quality.suites import Suite, load_suite
 from spark_jobs.quality.trend import refresh_trend_page
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: Tables the ``lake_dq_streaming`` DAG checks (the streaming app's silver and hot tables).
 LIVE_TABLES = ("silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.events",
@@ -88,13 +93,14 @@ def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str, settle
     outcome = check_table(spark, settings, table, run_id=run_id, dag_id=dag_id, task_id=task_id,
                           settle_seconds=settle_seconds)
     text = outcome.summary()
-    print(text, flush=True)
+    log.info("%s", text)  # the task log must name the table, failed expectations, samples and Data Docs page
     if outcome.blocked:
         raise DqBlocked(text)
     return text.splitlines()[0]
 
 
 # --------------------------------------------------------------------------- lake dq status / history
+# The main_* functions below are the ``lake dq`` commands' output (stdout is the product, ``--json`` included).
 
 
 def latest_verdicts(spark: SparkSession, table: str | None = None) -> list[dict[str, Any]]:

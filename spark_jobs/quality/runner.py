@@ -29,12 +29,16 @@ import io
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.quality.outcome import EXPECTATIONS_COLUMN, SAMPLE_ROWS, DqBlocked, DqOutcome, ExpectationResult
+from spark_jobs.quality.params import SETTLE_SECONDS, query_params
+from spark_jobs.quality.sql_rules import sql_rule_counts
 from spark_jobs.quality.suites import CUSTOM_SQL, ExpectationSpec, Suite, expectation_classes, fill, load_suite
+
+__all__ = ["EXPECTATIONS_COLUMN", "SETTLE_SECONDS", "DqBlocked", "DqOutcome", "ExpectationResult", "query_params",
+           "validate", "validate_suite"]
 
 # GX logs several INFO lines per expectation (decorator registration, default fields): they drowned the task
 # logs that must show a failed expectation's table, count and samples.
@@ -42,117 +46,8 @@ logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
     from spark_jobs.settings import Settings
-
-#: Rows of unexpected values kept per expectation (result, ops.dq_results, the task log).
-SAMPLE_ROWS = 20
-#: Default age a change must reach before a cross-table rule judges it (``{settle_seconds}``): the CDC topics
-#: of two tables apply independently, so a fresh order may not have its items yet.
-SETTLE_SECONDS = 600
-#: Column of ``quarantined``: the names of the quarantine expectations the row failed.
-EXPECTATIONS_COLUMN = "_dq_expectations"
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class DqBlocked(RuntimeError):
-    """A ``block`` expectation failed: the message is the outcome's summary."""
-
-
-@dataclass(frozen=True)
-class ExpectationResult:
-    """The verdict of one expectation of one validation (one row of ``ops.dq_results``)."""
-
-    table: str
-    expectation: str
-    expectation_type: str
-    severity: str
-    success: bool
-    observed_value: str | None
-    unexpected_count: int | None
-    unexpected_sample: str  # JSON array of up to SAMPLE_ROWS rows (objects)
-    error: str | None = None
-
-    @property
-    def sample_rows(self) -> list[Any]:
-        rows: list[Any] = json.loads(self.unexpected_sample)
-        return rows
-
-
-@dataclass
-class DqOutcome:
-    """What :func:`validate` found and what may be published."""
-
-    table: str
-    interval: tuple[datetime, datetime] | None
-    run_id: str
-    dag_id: str
-    task_id: str
-    validated_at: datetime
-    results: list[ExpectationResult]
-    passed: DataFrame
-    quarantined: DataFrame | None
-    blocked: bool
-    docs_url: str | None = None
-    row_keys: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def failed(self) -> list[ExpectationResult]:
-        return [r for r in self.results if not r.success]
-
-    def summary(self) -> str:
-        """Table, interval, run, verdict and per failed expectation its count and up to 20 sample rows."""
-        iv = (f"[{self.interval[0].isoformat()}, {self.interval[1].isoformat()})" if self.interval
-              else "whole table (no interval)")
-        failed = self.failed
-        verdict = ("BLOCKED (a block expectation failed: do not publish)" if self.blocked
-                   else "quarantined failing rows" if any(r.severity == "quarantine" for r in failed)
-                   else "warnings only" if failed else "all passed")
-        lines = [f"DQ {self.table} interval {iv} run {self.run_id} (dag {self.dag_id}, task {self.task_id}): "
-                 f"{len(failed)} of {len(self.results)} expectations failed; {verdict}"]
-        for r in failed:
-            count = "?" if r.unexpected_count is None else str(r.unexpected_count)
-            lines.append(f"  FAILED [{r.severity}] {r.expectation} ({r.expectation_type}): unexpected {count}, "
-                         f"observed {r.observed_value}")
-            if r.error:
-                lines.append(f"    error: {r.error}")
-            for row in r.sample_rows[:SAMPLE_ROWS]:
-                lines.append(f"    sample: {json.dumps(row, default=str, ensure_ascii=False)}")
-        if self.docs_url:
-            lines.append(f"  Data Docs: {self.docs_url}")
-        return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- parameters
-
-
-def utc_micros(when: datetime) -> int:
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(f"{when!r} has no time zone: pass aware datetimes (the data interval in UTC)")
-    delta = when.astimezone(UTC) - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def query_params(table: str, interval: tuple[datetime, datetime] | None, now: datetime,
-                 settings: Settings | None, settle_seconds: int = SETTLE_SECONDS) -> dict[str, str]:
-    """Placeholder values for a suite's SQL: instants as ``timestamp_micros`` (session-time-zone proof)."""
-    start, end = interval if interval else (now - timedelta(days=1), now)
-    if interval and end <= start:
-        raise ValueError(f"empty interval for {table}: start {start.isoformat()} is not before end {end.isoformat()}")
-    if settle_seconds < 0:
-        raise ValueError(f"settle_seconds={settle_seconds} must be >= 0")
-    slo = "" if settings is None else str(settings.dq_freshness_seconds(table))
-    return {
-        "interval_start": f"timestamp_micros({utc_micros(start)})",
-        "interval_end": f"timestamp_micros({utc_micros(end)})",
-        "interval_start_date": f"DATE'{start.astimezone(UTC).date().isoformat()}'",
-        "interval_end_date": f"DATE'{end.astimezone(UTC).date().isoformat()}'",
-        "now": f"timestamp_micros({utc_micros(now)})",
-        "freshness_slo_seconds": slo or "0",
-        "settle_seconds": str(int(settle_seconds)),
-    }
 
 
 def _needs_settings(suite: Suite) -> bool:
@@ -292,96 +187,6 @@ def _split(spark: SparkSession, df: DataFrame, keys: tuple[str, ...], bad: list[
     passed = d.join(b, on, "left_anti")
     quarantined = d.join(b, on, "inner").select("__dq_d.*", F.col(f"__dq_b.{EXPECTATIONS_COLUMN}"))
     return passed, quarantined
-
-
-#: How the bundled SQL job carries a rule's row as JSON: nulls kept, timestamps to the microsecond with their offset.
-_TO_JSON = {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-
-
-def _decode(text: str, schema: StructType) -> dict[str, Any]:
-    """A row as :func:`_sql_rule_frames` encodes it -> the values ``Row.asDict()`` gives (what GX itself returns)."""
-    from pyspark.sql.types import DateType, DecimalType, TimestampType
-
-    row: dict[str, Any] = json.loads(text, parse_float=Decimal)
-    out: dict[str, Any] = {}
-    for f in schema.fields:
-        v = row.get(f.name)
-        if v is not None and isinstance(f.dataType, DecimalType):
-            v = Decimal(str(v))
-        elif isinstance(v, str) and isinstance(f.dataType, TimestampType):
-            v = datetime.fromisoformat(v).astimezone().replace(tzinfo=None)  # naive local time, as pyspark's collect
-        elif isinstance(v, str) and isinstance(f.dataType, DateType):
-            v = date.fromisoformat(v)
-        out[f.name] = v
-    return out
-
-
-def _sql_rule_frames(spark: SparkSession, view: str, rules: list[tuple[ExpectationSpec, dict[str, Any]]]
-                     ) -> tuple[DataFrame, list[StructType]]:
-    """The rows every rule's query returns, tagged (``__dq_rule``: index in ``rules``; ``__dq_row``: the row as
-    JSON), and each rule's row schema."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    frames, schemas = [], []
-    for i, (_, kwargs) in enumerate(rules):
-        query = str(kwargs["unexpected_rows_query"]).format(batch=view)
-        rows = spark.sql(query)
-        schemas.append(rows.schema)
-        frames.append(rows.select(F.lit(i).alias("__dq_rule"), F.to_json(
-            F.struct(*[F.col(f"`{c}`") for c in rows.columns]), _TO_JSON).alias("__dq_row")))
-    return reduce(lambda a, b: a.unionByName(b), frames), schemas
-
-
-def sql_rule_counts(spark: SparkSession, df: DataFrame, rules: list[tuple[ExpectationSpec, dict[str, Any]]]
-                    ) -> dict[str, tuple[int, list[dict[str, Any]]] | Exception]:
-    """Every custom SQL rule in ONE Spark job: per rule its unexpected row count and up to SAMPLE_ROWS rows.
-
-    GX's ``unexpected_rows_expectation`` runs two jobs per rule (a count, then a fetch of 200 rows). Here the
-    rules' rows are tagged and unioned, and one aggregate returns each rule's count and its first rows (ordered
-    by their JSON text, so the sample is deterministic). A rule that cannot be planned or run is retried alone;
-    its error is its result.
-    """
-    if not rules:
-        return {}
-    from pyspark.errors import PySparkException
-
-    view = f"__dq_batch_{uuid.uuid4().hex}"
-    df.createOrReplaceTempView(view)
-    try:
-        return _sql_rule_job(spark, view, rules)
-    except PySparkException as exc:
-        if len(rules) == 1:
-            return {rules[0][0].name: exc}
-        out: dict[str, tuple[int, list[dict[str, Any]]] | Exception] = {}
-        for rule in rules:
-            try:
-                out.update(_sql_rule_job(spark, view, [rule]))
-            except PySparkException as rule_exc:  # the rule's own error (bad SQL, missing table), reported per rule
-                out[rule[0].name] = rule_exc
-        return out
-    finally:
-        with contextlib.suppress(Exception):
-            spark.catalog.dropTempView(view)
-
-
-def _sql_rule_job(spark: SparkSession, view: str, rules: list[tuple[ExpectationSpec, dict[str, Any]]]
-                  ) -> dict[str, tuple[int, list[dict[str, Any]]] | Exception]:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    tagged, schemas = _sql_rule_frames(spark, view, rules)
-    per_rule = Window.partitionBy("__dq_rule")
-    ranked = (tagged.withColumn("__dq_n", F.count(F.lit(1)).over(per_rule))
-              .withColumn("__dq_rn", F.row_number().over(per_rule.orderBy("__dq_row"))))
-    found = (ranked.where(F.col("__dq_rn") <= SAMPLE_ROWS).groupBy("__dq_rule")
-             .agg(F.max("__dq_n").alias("n"), F.collect_list("__dq_row").alias("rows")).collect())
-    out: dict[str, tuple[int, list[dict[str, Any]]] | Exception] = {spec.name: (0, []) for spec, _ in rules}
-    for r in found:
-        i = int(r["__dq_rule"])
-        out[rules[i][0].name] = (int(r["n"]), [_decode(text, schemas[i]) for text in sorted(r["rows"])])
-    return out
 
 
 def _sql_result(expectation: Any, found: tuple[int, list[dict[str, Any]]] | Exception) -> Any:

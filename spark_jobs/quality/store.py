@@ -7,9 +7,13 @@ replaces its own rows (Delta ``replaceWhere`` through :mod:`spark_jobs.table_io`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.quality.runner import EXPECTATIONS_COLUMN, DqOutcome, utc_micros
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incrementing
+
+from spark_jobs.quality.outcome import EXPECTATIONS_COLUMN, DqOutcome
+from spark_jobs.quality.params import utc_micros
 from spark_jobs.table_io import replace_partition
 
 if TYPE_CHECKING:
@@ -59,26 +63,23 @@ def results_rows(outcome: DqOutcome) -> list[tuple[Any, ...]]:
              outcome.validated_at) for r in outcome.results]
 
 
-def _with_retries(write: Any, what: str) -> None:
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
-        try:
-            write()
-            return
-        except Exception as exc:
-            # Delta's optimistic concurrency: another task committed to the table meanwhile (Concurrent*Exception;
-            # or DELTA_PROTOCOL_CHANGED "... changed by a concurrent update" when two tasks create the table). Our
-            # rows are keyed by (run, table, task), so re-running the overwrite is safe. Over Spark Connect the
-            # class is UnknownException: match the message.
-            if "concurrent" not in (type(exc).__name__ + str(exc)[:500]).lower() or attempt == WRITE_ATTEMPTS:
-                raise
-            time.sleep(attempt * 2)
-    raise AssertionError(f"unreachable: {what}")
+def _concurrent_commit(exc: BaseException) -> bool:
+    """Delta's optimistic concurrency: another task committed to the table meanwhile (Concurrent*Exception; or
+    DELTA_PROTOCOL_CHANGED "... changed by a concurrent update" when two tasks create the table). Our rows are keyed
+    by (run, table, task), so re-running the overwrite is safe. Over Spark Connect the class is UnknownException:
+    match the message."""
+    return "concurrent" in (type(exc).__name__ + str(exc)[:500]).lower()
+
+
+def _with_retries(write: Callable[[], None]) -> None:
+    Retrying(stop=stop_after_attempt(WRITE_ATTEMPTS), wait=wait_incrementing(start=2, increment=2),
+             retry=retry_if_exception(_concurrent_commit), reraise=True, sleep=time.sleep)(write)
 
 
 def write_results(spark: SparkSession, settings: Settings, outcome: DqOutcome) -> None:
     """Replace this (run_id, table, task)'s rows of ``ops.dq_results`` with one row per expectation."""
     frame = spark.createDataFrame(results_rows(outcome), results_schema())
-    _with_retries(lambda: replace_partition(frame, settings, RESULTS_TABLE, _scope(outcome)), RESULTS_TABLE)
+    _with_retries(lambda: replace_partition(frame, settings, RESULTS_TABLE, _scope(outcome)))
 
 
 def quarantine_frame(outcome: DqOutcome, quarantined: DataFrame) -> DataFrame:
@@ -108,8 +109,8 @@ def write_quarantine(spark: SparkSession, settings: Settings, outcome: DqOutcome
     """
     name = quarantine_table(outcome.table)
     if outcome.quarantined is None:
-        # Nothing to clear is the common case (a first attempt): a read of the small quarantine table instead of
-        # an empty replaceWhere commit (2 s of a gold task's 16 s on our 2 cores).
+        # Nothing to clear is the common case (a first attempt): a read of the small quarantine table is much
+        # cheaper than an empty replaceWhere commit.
         if not spark.catalog.tableExists(name) or not spark.table(name).where(_scope(outcome)).limit(1).collect():
             return
         from pyspark.sql.types import StructField, StructType
@@ -118,4 +119,4 @@ def write_quarantine(spark: SparkSession, settings: Settings, outcome: DqOutcome
         frame = spark.createDataFrame([], StructType([StructField(f.name, f.dataType) for f in spark_schema]))
     else:
         frame = quarantine_frame(outcome, outcome.quarantined)
-    _with_retries(lambda: replace_partition(frame, settings, name, _scope(outcome)), name)
+    _with_retries(lambda: replace_partition(frame, settings, name, _scope(outcome)))

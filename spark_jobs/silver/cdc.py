@@ -52,8 +52,8 @@ only by the streaming app's MERGE, one per micro-batch and table, all in Spark t
   back, and silver no longer holds the row the MERGE's position guard needs);
 * :func:`merge`: :func:`merge_plan`'s statement. With deletion vectors an update or
   delete marks rows in a file instead of rewriting it, so a batch costs what it
-  changes, not what the table holds (the reason the earlier merge-on-read layout
-  existed); OPTIMIZE folds them back in (``streaming.common.Maintenance``).
+  changes, not what the table holds; Delta's auto compaction folds them back in
+  (``contracts.tables.AUTO_COMPACT``).
 
 Added columns
 -------------

@@ -16,25 +16,20 @@ source position, snapshot rank, TOAST placeholder, added columns):
 
 Why Python and not ``from_json``: the rules (typed conversion with reasons per column,
 a Kafka-key fallback for the key, ``_extra`` for unknown columns, the position from
-``source.sequence``) are one pass here; measured earlier, Spark's ``from_json`` plus
-the checks cost ~13 s per 32,000 records on two cores, this parse ~1 s.
+``source.sequence``) are one pass here, an order of magnitude cheaper than ``from_json``
+plus the checks (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 
-from spark_jobs.hot.events import epoch_micros
 from spark_jobs.silver.cdc import (
     POSITION_COLUMNS,
     ROW_OPS,
@@ -42,6 +37,7 @@ from spark_jobs.silver.cdc import (
     SNAPSHOT_RANK,
     STREAM_RANK,
 )
+from spark_jobs.silver.cdc_convert import BadWireValue, WireMismatch, converter, json_text, sql_type_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -66,112 +62,6 @@ TOO_DEEP = "value is nested too deeply to parse (more than ~1,000 levels of obje
 DELTA_INVALID_NAME_CHARS = frozenset(" ,;{}()\n\t=`")
 TRUNCATE = "op 't' (truncate) removes every row and has no key: truncate the silver table by hand or re-snapshot"
 NO_POSITION = "source has neither 'sequence' nor 'lsn': the change cannot be ordered"
-
-_INT_RANGES = {pa.int8(): 2**7, pa.int16(): 2**15, pa.int32(): 2**31, pa.int64(): 2**63}
-
-
-class _Mismatch(Exception):
-    """A wire value of the wrong JSON type for its column (the row image does not fit the table)."""
-
-
-class _BadValue(Exception):
-    """A wire value of the right JSON type that does not convert (``12,50`` for a decimal)."""
-
-
-def sql_type_name(dt: pa.DataType) -> str:
-    """Spark SQL's name of the type a silver column of Arrow type ``dt`` has (used in reject reasons)."""
-    names = {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint",
-             pa.bool_(): "boolean", pa.float32(): "float", pa.float64(): "double", pa.string(): "string",
-             pa.large_string(): "string", pa.binary(): "binary", pa.large_binary(): "binary", pa.date32(): "date"}
-    if dt in names:
-        return names[dt]
-    if pa.types.is_decimal(dt):
-        return f"decimal({dt.precision},{dt.scale})"
-    if pa.types.is_timestamp(dt):
-        return "timestamp" if dt.tz else "timestamp_ntz"
-    return str(dt)
-
-
-def _json_text(v: Any) -> str:
-    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-
-
-def _converter(field: pa.Field) -> tuple[Callable[[Any], Any], bool]:
-    """(wire JSON value -> Arrow-ready Python value, fallible) for a silver column.
-
-    Raises ``_Mismatch`` for a JSON type the column cannot take (the row image
-    does not fit the table), ``_BadValue`` for a text that does not convert.
-    Wire formats of the connector's settings (``connectors/``):
-    ``decimal.handling.mode=string`` (NUMERIC as its exact text),
-    ``time.precision.mode=adaptive`` (date = days since the epoch, timestamptz =
-    ISO-8601 text), ``binary.handling.mode=base64``; JSON/JSONB as JSON text.
-    A string column takes any JSON value (non-strings as their JSON text), as
-    Spark's ``from_json`` does.
-    """
-    dt = field.type
-    if pa.types.is_string(dt) or pa.types.is_large_string(dt):
-        # A string column reads any JSON value; non-strings keep their JSON text (as Spark's from_json does).
-        return (lambda v: v if isinstance(v, str) else _json_text(v)), False
-    if dt in _INT_RANGES:
-        bound = _INT_RANGES[dt]
-
-        def integer(v: Any) -> int:
-            if type(v) is not int or not -bound <= v < bound:
-                raise _Mismatch
-            return v
-        return integer, False
-    if pa.types.is_boolean(dt):
-        def boolean(v: Any) -> bool:
-            if type(v) is not bool:
-                raise _Mismatch
-            return v
-        return boolean, False
-    if pa.types.is_floating(dt):
-        def floating(v: Any) -> float:
-            if type(v) not in (int, float):
-                raise _Mismatch
-            return float(v)
-        return floating, False
-    if pa.types.is_date32(dt):
-        def days(v: Any) -> int:
-            if type(v) is not int or not -(2**31) <= v < 2**31:
-                raise _Mismatch
-            return v
-        return days, False
-    if pa.types.is_decimal(dt):
-        exponent = Decimal(1).scaleb(-dt.scale)
-        limit = Decimal(10) ** (dt.precision - dt.scale)
-
-        def decimal(v: Any) -> Decimal:
-            text = v if isinstance(v, str) else _json_text(v)
-            try:
-                value = Decimal(text.strip()).quantize(exponent, rounding=ROUND_HALF_UP)
-            except (InvalidOperation, ValueError) as exc:
-                raise _BadValue(text) from exc
-            if not value.is_finite() or abs(value) >= limit:
-                raise _BadValue(text)
-            return value
-        return decimal, True
-    if pa.types.is_timestamp(dt) and dt.tz is not None:
-        def timestamp(v: Any) -> int:
-            text = v if isinstance(v, str) else _json_text(v)
-            try:
-                value = datetime.fromisoformat(text.strip())
-            except ValueError as exc:
-                raise _BadValue(text) from exc
-            return epoch_micros(value if value.tzinfo else value.replace(tzinfo=UTC))
-        return timestamp, True
-    if pa.types.is_binary(dt) or pa.types.is_large_binary(dt):
-        def binary(v: Any) -> bytes:
-            text = v if isinstance(v, str) else _json_text(v)
-            try:
-                return base64.b64decode(text, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise _BadValue(text) from exc
-        return binary, True
-    raise ValueError(
-        f"column {field.name!r}: silver type {dt} is not supported by the CDC parse; supported are integers, "
-        "boolean, float/double, string, decimal, date, timestamp (with time zone) and binary")
 
 
 @dataclass
@@ -268,7 +158,7 @@ def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed
     missing = [k for k in keys if k not in names]
     if missing:
         raise ValueError(f"key column(s) {list(missing)} are not in the table schema {names}")
-    convert = [_converter(f) for f in rows]
+    convert = [converter(f) for f in rows]
     key_index = [names.index(k) for k in keys]
     known = set(names)
     schema_text = ("row image does not match the table schema ("
@@ -301,7 +191,7 @@ def parse_records(raw: pa.Table, rows: pa.Schema, keys: Sequence[str]) -> Parsed
 
 
 def _loads(data: bytes | str) -> Any:
-    """Parse JSON; orjson (~3x faster on Debezium's schema-carrying envelopes), ``json`` for what it refuses.
+    """Parse JSON; orjson (faster on Debezium's envelopes), ``json`` for what it refuses.
 
     orjson refuses some valid JSON the stdlib reads (integers beyond 64 bits); the
     fallback keeps those records readable. Invalid JSON fails both (ValueError).
@@ -332,7 +222,7 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
     op = payload.get("op")
     if op is None:
         return NO_OP
-    op = op if isinstance(op, str) else _json_text(op)
+    op = op if isinstance(op, str) else json_text(op)
     if op == "t":
         return TRUNCATE
     if op not in ROW_OPS:
@@ -350,7 +240,7 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
         for i, (fn, is_fallible) in enumerate(convert):
             if wires[i] is not None and not is_fallible:
                 wires[i] = fn(wires[i])
-    except _Mismatch:
+    except WireMismatch:
         return schema_text
     for i in key_index:
         if wires[i] is None:
@@ -368,7 +258,7 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
         if wires[i] is not None:
             try:
                 wires[i] = convert[i][0](wires[i])
-            except _BadValue as exc:
+            except BadWireValue as exc:
                 bad.append(f"column {name!r}: cannot convert '{exc.args[0]}' to {type_name}")
     if bad:
         return "; ".join(bad)
@@ -381,8 +271,8 @@ def _change(key: bytes | None, value: bytes, names: list[str], convert: list[tup
                 f"then replay these records from quarantine")
     extra = None
     if extra_names:
-        extra = _json_text({k: (image[k] if isinstance(image[k], str) or image[k] is None
-                                else _json_text(image[k])) for k in extra_names})
+        extra = json_text({k: (image[k] if isinstance(image[k], str) or image[k] is None
+                                else json_text(image[k])) for k in extra_names})
     return wires, op, pos, source.get("ts_ms"), extra, extra_names
 
 
@@ -394,7 +284,7 @@ def _key_value(key: bytes | None, name: str, convert: tuple[Callable[[Any], Any]
         doc = _loads(key)
         v = (doc["payload"] if "payload" in doc or "schema" in doc else doc)[name]
         return None if v is None else convert[0](v)
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError, _Mismatch, _BadValue):
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, WireMismatch, BadWireValue):
         return None
 
 

@@ -8,9 +8,9 @@ giving the reason and detail of every reject), run on the executors through
 driver. The executors therefore need the same Python packages as the driver
 (``spark.pyspark.python``; the project's venv on ``local[*]``).
 
-Why ``mapInArrow`` rather than Spark SQL expressions: the variant-based checks
-this module used to hold cost ~110 us of CPU per event on this machine, the
-Python checks ~7 us; and one implementation cannot drift from itself.
+Why ``mapInArrow`` rather than Spark SQL expressions: the compiled Python checks
+cost a fraction of the CPU per event (docs/benchmarks.md), and one
+implementation cannot drift from itself.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 import time
 
 #: What a lake_gold_daily or lake_dq_streaming task imports before its first Spark call (found by diffing
@@ -55,6 +54,6 @@ def preload(modules: tuple[str, ...] = MODULES) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - never take the scheduler down for an optimisation
             failed.append(name)
             log.warning("lakestream preload: cannot import %s (%s); tasks will import it themselves", name, exc)
-    print(f"lakestream preload: {len(modules) - len(failed)}/{len(modules)} task modules imported in the "
-          f"scheduler in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    log.info("lakestream preload: %d/%d task modules imported in the scheduler in %.1f s",
+             len(modules) - len(failed), len(modules), time.monotonic() - t0)
     return failed

@@ -8,14 +8,13 @@ Thrift call to the metastore, Airflow's health endpoint. A probe returns
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import time
-import urllib.error
-import urllib.request
 import uuid
 from typing import Any
+
+import httpx
 
 from spark_jobs import kafka_auth
 from spark_jobs.settings import Settings
@@ -32,11 +31,10 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 def http_json(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> Any:
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"refusing to open non-HTTP URL {url!r}")
-    req = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - scheme checked above
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - scheme checked above
-        return json.loads(resp.read().decode("utf-8"))
+    """GET ``url`` and decode its JSON; ``httpx.HTTPError`` on a refused connection or a non-2xx answer."""
+    response = httpx.get(url, timeout=timeout, headers=headers or {})
+    response.raise_for_status()
+    return response.json()
 
 
 def postgres(settings: Settings) -> Probe:
@@ -261,10 +259,10 @@ def spark_cluster(settings: Settings) -> Probe:
 def dq_docs(settings: Settings) -> Probe:
     url = f"http://{settings.host}:{settings.dq_docs_port}/index.html"
     try:
-        req = urllib.request.Request(url)
-        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - http URL built from settings
-            body = resp.read(200_000).decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError) as exc:
+        response = httpx.get(url, timeout=5)
+        response.raise_for_status()
+        body = response.text[:200_000]
+    except httpx.HTTPError as exc:
         return False, f"{type(exc).__name__}: {exc}"
     return ("<html" in body.lower() or "<!doctype" in body.lower()), f"GET {url} -> {len(body)} bytes of HTML"
 
@@ -272,7 +270,7 @@ def dq_docs(settings: Settings) -> Probe:
 def airflow(settings: Settings) -> Probe:
     try:
         body = http_json(f"{settings.airflow_url}/api/v2/monitor/health")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (httpx.HTTPError, ValueError) as exc:
         return False, f"{type(exc).__name__}: {exc}"
     bad = [k for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")
            if (body.get(k) or {}).get("status") != "healthy"]

@@ -2,41 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from spark_jobs import kafka_auth
 from spark_jobs.settings import Settings, env_name, load_settings
-from spark_jobs.stack import bootstrap, supervisor
+from spark_jobs.stack import bootstrap, health, supervisor
+from spark_jobs.stack.configs import render_configs
+from spark_jobs.stack.errors import StackError
 from spark_jobs.stack.secrets import ensure_env_file
 from spark_jobs.stack.services import (
     Service,
-    airflow_env,
-    base_env,
-    check_artifacts,
-    render_configs,
     services,
     stream_program,
 )
-from spark_jobs.stack.supervisor import StackError, log_path
+from spark_jobs.stack.supervisor import log_path
+from spark_jobs.stack.tools import check_artifacts
 
-PORT_SETTING = {
-    "postgres": ("pg_port",),
-    "minio": ("minio_port", "minio_console_port"),
-    "kafka": ("kafka_port", "kafka_controller_port"),
-    "connect": ("connect_port",),
-    "metastore": ("metastore_port",),
-    "thrift": ("thrift_port", "thrift_driver_port", "thrift_block_manager_port"),
-    "spark-connect": ("spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port"),
-    "dq-docs": ("dq_docs_port",),
-    "airflow": ("airflow_port", "airflow_scheduler_health_port"),
-}
-
+log = logging.getLogger(__name__)
 
 def prepared_settings() -> Settings:
     """Settings after making sure the state dir and its generated secrets exist."""
@@ -87,37 +75,43 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 
 def _wait_healthy(settings: Settings, service: Service) -> None:
+    """Probe once a second until healthy; fail at once when a program dies, or at the service's start timeout."""
     start = time.monotonic()
     last_report = start
-    detail = "not probed yet"
-    while True:
+
+    def probe() -> health.Probe:
         elapsed = time.monotonic() - start
         for prog in service.programs:
-            info = supervisor.program_info(settings, prog.name)
-            state = (info or {}).get("statename")
+            state = (supervisor.program_info(settings, prog.name) or {}).get("statename")
             if state in {"FATAL", "EXITED", "BACKOFF"} and elapsed > 2:
                 raise StackError(
                     f"{service.name}: process {prog.name} is {state}. Log {log_path(settings, prog.name)}:\n"
                     f"{_tail(log_path(settings, prog.name))}\nHint: {service.hint}"
                 )
-        ok, detail = service.probe(settings)
-        if ok:
-            print(f"  {service.name:<9} healthy in {elapsed:5.1f}s  {service.endpoint}  ({detail})", flush=True)
-            return
-        if elapsed > service.start_timeout:
-            raise StackError(
-                f"{service.name} did not become healthy within {service.start_timeout:.0f}s at "
-                f"{service.endpoint}: {detail}\nLog {log_path(settings, service.main)} (last lines):\n"
-                f"{_tail(log_path(settings, service.main))}\nHint: {service.hint}"
-            )
-        if time.monotonic() - last_report > 15:
-            print(f"  {service.name:<9} waiting ({elapsed:.0f}s): {detail[:160]}", flush=True)
+        return service.probe(settings)
+
+    def report(state: RetryCallState) -> None:
+        nonlocal last_report
+        if time.monotonic() - last_report > 15 and state.outcome is not None:
+            detail = state.outcome.result()[1]
+            log.info(f"  {service.name:<9} waiting ({time.monotonic() - start:.0f}s): {detail[:160]}")
             last_report = time.monotonic()
-        time.sleep(1.0)
+
+    ok, detail = Retrying(stop=stop_after_delay(service.start_timeout), wait=wait_fixed(1.0),
+                          retry=retry_if_result(lambda probed: not probed[0]), before_sleep=report, reraise=True,
+                          retry_error_callback=lambda state: state.outcome.result() if state.outcome else (False, ""),
+                          )(probe)
+    if not ok:
+        raise StackError(
+            f"{service.name} did not become healthy within {service.start_timeout:.0f}s at "
+            f"{service.endpoint}: {detail}\nLog {log_path(settings, service.main)} (last lines):\n"
+            f"{_tail(log_path(settings, service.main))}\nHint: {service.hint}"
+        )
+    log.info(f"  {service.name:<9} healthy in {time.monotonic() - start:5.1f}s  {service.endpoint}  ({detail})")
 
 
 def _check_ports_free(settings: Settings, service: Service) -> None:
-    for setting in PORT_SETTING.get(service.name, ()):
+    for setting in service.port_settings:
         port = getattr(settings, setting)
         if _port_in_use(settings.host, port):
             raise StackError(
@@ -127,60 +121,19 @@ def _check_ports_free(settings: Settings, service: Service) -> None:
             )
 
 
-def _prepare(settings: Settings, service: Service) -> None:
-    if service.name == "dq-docs":
-        bootstrap.prepare_data_docs(settings)
-    elif service.name == "postgres":
-        bootstrap.init_postgres(settings)
-    elif service.name == "kafka":
-        bootstrap.format_kafka(settings)
-    elif service.name == "airflow":
-        bootstrap.prepare_airflow(settings, {**base_env(settings), **airflow_env(settings)})
-
-
-def _after_start(settings: Settings, service: Service) -> None:
-    if service.name == "kafka":
-        from spark_jobs.kafka_topics import TopicError, ensure_retention
-
-        # Also on a running broker: a client password changed in .env or an ACL added by an upgrade applies now.
-        _retry_until_up(settings, service, lambda: kafka_auth.ensure_principals(settings),
-                        f"could not update the SASL principals and ACLs at {settings.kafka_bootstrap}")
-        try:
-            for line in ensure_retention(settings):
-                print(f"  kafka     {line}", flush=True)
-        except TopicError as exc:
-            raise StackError(str(exc)) from exc
-    elif service.name == "postgres":
-        bootstrap.configure_postgres(settings)
-        bootstrap.migrate_shop(settings)
-        bootstrap.secure_shop(settings)
-    elif service.name == "airflow":  # also on a running Airflow: pools added by an upgrade appear
-        bootstrap.ensure_pools(settings.state_dir / "airflow", {**os.environ, **base_env(settings),
-                                                                **airflow_env(settings)})
-
-
-def _retry_until_up(settings: Settings, service: Service, work: Callable[[], None], what: str) -> None:
-    """Run ``work`` until it succeeds or the service's start timeout passes (the process is still starting)."""
-    deadline = time.monotonic() + service.start_timeout
-    while True:
-        try:
-            work()
-            return
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                log = log_path(settings, service.main)
-                raise StackError(f"{service.name}: {what}: {exc}\nLog {log}:\n{_tail(log)}") from exc
-            time.sleep(1.0)
-
-
 def _pre_probe(settings: Settings, service: Service) -> None:
-    """Work that needs the process up but must precede the real probe."""
-    if service.name == "kafka":  # the probe and every client log in with SCRAM credentials made here
-        _retry_until_up(settings, service, lambda: kafka_auth.ensure_principals(settings),
-                        f"could not create the SASL principals and ACLs at {settings.kafka_bootstrap}")
-    elif service.name == "minio":
-        _retry_until_up(settings, service, lambda: bootstrap.configure_minio(settings),
-                        f"could not create bucket/user at {settings.s3_endpoint}")
+    """The service's ``pre_probe`` hook, retried while its process is still starting (up to its start timeout)."""
+    hook = service.pre_probe
+    if hook is None:
+        return
+    try:
+        for attempt in Retrying(stop=stop_after_delay(service.start_timeout), wait=wait_fixed(1.0), reraise=True):
+            with attempt:
+                hook(settings)
+    except Exception as exc:
+        logfile = log_path(settings, service.main)
+        raise StackError(f"{service.name}: could not {service.pre_probe_what} at {service.endpoint}: {exc}\n"
+                         f"Log {logfile}:\n{_tail(logfile)}") from exc
 
 
 def up(only: list[str] | None = None) -> Settings:
@@ -189,8 +142,7 @@ def up(only: list[str] | None = None) -> Settings:
     settings = prepared_settings()
     tightened = bootstrap.secure_state_dir(settings)
     if tightened:
-        print(f"  made {tightened} file(s)/folder(s) under {settings.state_dir} private (no group/other access)",
-              flush=True)
+        log.info(f"  made {tightened} file(s)/folder(s) under {settings.state_dir} private (no group/other access)")
     check_artifacts(settings)
     for d in (settings.data_dir, settings.log_dir, settings.run_dir, settings.conf_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -205,27 +157,26 @@ def up(only: list[str] | None = None) -> Settings:
         # Everything up to the last requested service, in dependency order.
         last = max(names.index(n) for n in only)
         all_services = all_services[: last + 1]
-    print(f"lake stack up: state in {settings.state_dir}", flush=True)
+    log.info(f"lake stack up: state in {settings.state_dir}")
     supervisor.start_daemon(settings, every_service)
     for service in all_services:
         if _running(settings, service):
             ok, _ = service.probe(settings)
             if ok:
-                print(f"  {service.name:<9} already running  {service.endpoint}", flush=True)
-                _after_start(settings, service)  # idempotent: role passwords, new migrations
-                continue
-            _pre_probe(settings, service)
-            _wait_healthy(settings, service)
-            _after_start(settings, service)
-            continue
-        _check_ports_free(settings, service)
-        _prepare(settings, service)
-        print(f"  {service.name:<9} starting", flush=True)
-        for prog in service.programs:
-            supervisor.start_program(settings, prog.name)
+                log.info(f"  {service.name:<9} already running  {service.endpoint}")
+        else:
+            _check_ports_free(settings, service)
+            if service.prepare:
+                service.prepare(settings)
+            log.info(f"  {service.name:<9} starting")
+            for prog in service.programs:
+                supervisor.start_program(settings, prog.name)
+            ok = False
         _pre_probe(settings, service)
-        _wait_healthy(settings, service)
-        _after_start(settings, service)
+        if not ok:
+            _wait_healthy(settings, service)
+        if service.after_start:
+            service.after_start(settings)
     return settings
 
 
@@ -233,18 +184,18 @@ def down() -> None:
     settings = load_settings()
     pid = supervisor.daemon_pid(settings)
     if pid is None:
-        print(f"lake stack down: nothing running for {settings.state_dir}")
+        log.info(f"lake stack down: nothing running for {settings.state_dir}")
     else:
-        print(f"lake stack down: stopping supervisord (pid {pid}) and its programs", flush=True)
+        log.info(f"lake stack down: stopping supervisord (pid {pid}) and its programs")
         supervisor.shutdown(settings)
     leftovers = _leftover_processes(settings)
     for proc in leftovers:
-        print(f"  killing leftover process {proc.pid}: {' '.join(proc.cmdline())[:120]}", flush=True)
+        log.info(f"  killing leftover process {proc.pid}: {' '.join(proc.cmdline())[:120]}")
         try:
             proc.kill()
         except psutil.Error:
             pass
-    print("  stopped", flush=True)
+    log.info("  stopped")
 
 
 def _leftover_processes(settings: Settings) -> list[psutil.Process]:

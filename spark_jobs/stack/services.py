@@ -1,37 +1,28 @@
-"""The stack's services: how each is launched, configured and probed.
+"""The stack's services: how each is launched, prepared and probed.
 
-Configs in ``infra/conf`` are templates with ``@@NAME@@`` placeholders; they are
-rendered into ``<state>/conf`` on every ``lake stack up`` so a changed setting
-(a port, a heap) takes effect on the next start. The same templates serve a
-container image or a cluster: only the substituted values differ.
+Each :class:`Service` carries its own steps of ``lake stack up`` (hooks), so the lifecycle in
+``stack.manager`` has no per-service special cases.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from spark_jobs import kafka_auth
-from spark_jobs.jars import jar_group_dir, pyspark_home, spark_extra_jars
-from spark_jobs.session import spark_conf_dir, spark_defaults_text, write_private
+from spark_jobs.jars import pyspark_home, spark_extra_jars
+from spark_jobs.session import spark_conf_dir
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack import health
+from spark_jobs.stack import bootstrap, health
+from spark_jobs.stack.configs import thrift_users_path
+from spark_jobs.stack.postgres import configure as configure_postgres
+from spark_jobs.stack.postgres import init_postgres, pg_dirs
+from spark_jobs.stack.tools import MINIO_BIN_NAME, classpath, java_bin, java_classes_dir, pg_bin, venv_bin
 
-INFRA = REPO_ROOT / "infra"
-TEMPLATES = INFRA / "conf"
-METASTORE_LAUNCHER = INFRA / "metastore" / "LakeMetaStore.java"
-THRIFT_AUTH = INFRA / "thrift" / "LakeThriftAuth.java"
-#: Our Java helpers, compiled together against pyspark's jars at `lake stack up`.
-JAVA_SOURCES = (METASTORE_LAUNCHER, THRIFT_AUTH)
-MINIO_BIN_NAME = "minio"
-
+#: A step of ``lake stack up`` for one service.
+Hook = Callable[[Settings], None]
 
 @dataclass(frozen=True)
 class Program:
@@ -69,92 +60,22 @@ class Service:
     #: What ``lake stack status`` runs instead of ``probe`` (a deeper check that ``lake stack up`` must not
     #: wait on, e.g. Connect's connectors and tasks).
     status_probe: Callable[[Settings], health.Probe] | None = None
+    #: Settings naming the ports it binds on ``LAKE_HOST`` (checked free before a start; the error names them).
+    port_settings: tuple[str, ...] = ()
+    #: Before its programs are started (not when they already run): initdb, storage format, DB migration.
+    prepare: Hook | None = None
+    #: Once its process runs, before the real probe, and on every ``up`` of a running service; retried until
+    #: it works or ``start_timeout`` passes (e.g. Kafka's SCRAM users, which the probe itself logs in with).
+    pre_probe: Hook | None = None
+    #: What ``pre_probe`` does, for its error ("could not <this> at <endpoint>: ...").
+    pre_probe_what: str = ""
+    #: Once healthy, also on an already running service (idempotent: a changed password, a new migration or
+    #: an added pool applies at the next ``up``).
+    after_start: Hook | None = None
 
     @property
     def main(self) -> str:
         return self.programs[0].name
-
-
-def render_template(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace(f"@@{key}@@", value)
-    if "@@" in text:
-        start = text.index("@@")
-        raise ValueError(f"unsubstituted placeholder near {text[start:start + 40]!r}")
-    return text
-
-
-def java_bin() -> str:
-    java = shutil.which("java")
-    if java is None:
-        home = os.environ.get("JAVA_HOME")
-        if home and (Path(home) / "bin" / "java").exists():
-            return str(Path(home) / "bin" / "java")
-        raise FileNotFoundError("java not found on PATH (Java 17 is required); install a JDK 17 or set JAVA_HOME")
-    return java
-
-
-def minio_binary(settings: Settings) -> Path:
-    path = settings.cache_dir / "bin" / MINIO_BIN_NAME
-    if not path.exists():
-        raise FileNotFoundError(f"MinIO binary missing at {path}; run `make setup` (it builds MinIO from its Go module)")
-    return path
-
-
-def pg_bin(name: str) -> str:
-    """A PostgreSQL server binary: PATH first, then Debian's versioned folder."""
-    found = shutil.which(name)
-    if found:
-        return found
-    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
-        return str(candidate)
-    raise FileNotFoundError(
-        f"PostgreSQL binary '{name}' not found on PATH or in /usr/lib/postgresql/*/bin; "
-        "install PostgreSQL 15 server binaries (apt-get install postgresql-15) or run `make setup`"
-    )
-
-
-def pg_dirs(settings: Settings) -> tuple[Path, Path]:
-    """PostgreSQL's data and socket folders.
-
-    Normally inside the state dir. When we are root, PostgreSQL runs as an
-    unprivileged OS user (it refuses root); if that user cannot traverse the
-    path to the state dir (a checkout under a 0700 folder), the cluster lives in
-    ``/var/lib/lakestream/postgres/<hash of the state dir>`` instead, and we say so.
-    """
-    default = (settings.data_dir / "postgres", settings.run_dir / "postgres")
-    if os.geteuid() != 0 or _traversable(settings.state_dir, settings.pg_os_user):
-        return default
-    digest = hashlib.sha256(str(settings.state_dir).encode()).hexdigest()[:12]
-    base = Path("/var/lib/lakestream/postgres") / digest
-    return base / "data", base / "run"
-
-
-@functools.cache
-def _traversable(path: Path, user: str) -> bool:
-    import pwd
-
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        return True  # created later with default permissions; checked again at initdb
-    for parent in [path, *path.parents]:
-        if not parent.exists():
-            continue
-        st = parent.stat()
-        if st.st_uid == pw.pw_uid:
-            ok = bool(st.st_mode & 0o100)
-        elif st.st_gid == pw.pw_gid:
-            ok = bool(st.st_mode & 0o010)
-        else:
-            ok = bool(st.st_mode & 0o001)
-        if not ok:
-            return False
-    return True
-
-
-def venv_bin() -> Path:
-    return Path(sys.executable).parent
 
 
 def base_env(settings: Settings) -> dict[str, str]:
@@ -237,43 +158,6 @@ def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:
     return [w for k, v in driver_ports_conf(driver_port, block_manager_port).items() for w in ("--conf", f"{k}={v}")]
 
 
-def java_classes_dir(settings: Settings) -> Path:
-    """Where :data:`JAVA_SOURCES` are compiled to (per sources and pyspark version)."""
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in JAVA_SOURCES) + str(pyspark_home()).encode())
-    return settings.cache_dir / "classes" / f"lake-java-{digest.hexdigest()[:16]}"
-
-
-def build_java_classes(settings: Settings) -> Path:
-    """Compile the metastore launcher and the Thrift password check against pyspark's jars once; returns
-    their classes folder."""
-    out = java_classes_dir(settings)
-    if all((out / f"{src.stem}.class").is_file() for src in JAVA_SOURCES):
-        return out
-    javac = shutil.which("javac") or (str(Path(java_bin()).parent / "javac"))
-    if not Path(javac).exists():
-        raise FileNotFoundError("javac not found next to java or on PATH: the metastore launcher and the Thrift "
-                                f"password check ({', '.join(map(str, JAVA_SOURCES))}) are compiled at "
-                                "`lake stack up`; install a JDK 17 (apt-get install openjdk-17-jdk-headless)")
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", str(pyspark_home() / "jars" / "*"),
-                           *map(str, JAVA_SOURCES)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"compiling {', '.join(map(str, JAVA_SOURCES))} failed (javac exit {proc.returncode}):\n"
-                           f"{(proc.stdout + proc.stderr)[-3000:]}")
-    try:
-        tmp.rename(out)
-    except OSError:  # compiled concurrently by another `lake stack up`
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def _cp(*parts: Path | str) -> str:
-    return ":".join(str(p) for p in parts)
-
-
 def services(settings: Settings) -> list[Service]:
     """All services in start order."""
     env = base_env(settings)
@@ -307,6 +191,9 @@ def services(settings: Settings) -> list[Service]:
         endpoint=f"postgresql://{settings.pg_host}:{settings.pg_port}",
         probe=health.postgres,
         start_timeout=60,
+        port_settings=("pg_port",),
+        prepare=init_postgres,
+        after_start=configure_postgres,
         hint="PostgreSQL 15 binaries (initdb, postgres) must be on PATH",
     )
     minio = Service(
@@ -325,6 +212,9 @@ def services(settings: Settings) -> list[Service]:
         endpoint=settings.s3_endpoint,
         probe=health.minio,
         start_timeout=60,
+        port_settings=("minio_port", "minio_console_port"),
+        pre_probe=bootstrap.configure_minio,
+        pre_probe_what="create the lake's bucket, policy and user",
         hint="the MinIO binary is built by `make setup`",
     )
     kafka_cp = str(settings.cache_dir / "jars" / "kafka" / "*")
@@ -342,6 +232,11 @@ def services(settings: Settings) -> list[Service]:
         endpoint=settings.kafka_bootstrap,
         probe=health.kafka,
         start_timeout=90,
+        port_settings=("kafka_port", "kafka_controller_port"),
+        prepare=bootstrap.format_kafka,
+        pre_probe=kafka_auth.ensure_principals,
+        pre_probe_what="create the SASL principals and ACLs",
+        after_start=bootstrap.ensure_topic_retention,
         hint="Kafka jars are resolved by `make setup` into the cache",
     )
     connect = Service(
@@ -364,9 +259,10 @@ def services(settings: Settings) -> list[Service]:
         probe=health.connect,
         status_probe=health.connect_with_tasks,
         start_timeout=120,
+        port_settings=("connect_port",),
         hint="Connect needs Kafka up and the Debezium plugin unpacked by `make setup`",
     )
-    metastore_cp = _cp(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings),
+    metastore_cp = classpath(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings),
                        java_classes_dir(settings))
     metastore = Service(
         name="metastore",
@@ -383,6 +279,7 @@ def services(settings: Settings) -> list[Service]:
         endpoint=settings.metastore_uri,
         probe=health.metastore,
         start_timeout=120,
+        port_settings=("metastore_port",),
         hint="the Hive metastore runs from pyspark's Hive 2.3 jars against the stack's PostgreSQL",
     )
     thrift = Service(
@@ -401,7 +298,7 @@ def services(settings: Settings) -> list[Service]:
                      # Hive's CustomAuthenticationProviderImpl reads the class from a new HiveConf (hive-site.xml
                      # and system properties), not from Spark's conf.
                      "--driver-java-options", "-Dhive.server2.custom.authentication.class=LakeThriftAuth",
-                     "--driver-class-path", _cp(*spark_extra_jars(settings), java_classes_dir(settings)),
+                     "--driver-class-path", classpath(*spark_extra_jars(settings), java_classes_dir(settings)),
                      *driver_port_args(settings.thrift_driver_port, settings.thrift_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake", "LAKE_THRIFT_USERS_FILE": str(thrift_users_path(settings))},
@@ -411,6 +308,7 @@ def services(settings: Settings) -> list[Service]:
         endpoint=f"jdbc:hive2://{host}:{settings.thrift_port}/default",
         probe=health.thrift,
         start_timeout=180,
+        port_settings=("thrift_port", "thrift_driver_port", "thrift_block_manager_port"),
         hint="the Spark Thrift Server needs the metastore and MinIO",
     )
     # The batch layer's Spark driver: Airflow tasks send their plans here over Spark Connect instead of
@@ -437,6 +335,7 @@ def services(settings: Settings) -> list[Service]:
         endpoint=f"sc://{host}:{settings.spark_connect_port}",
         probe=health.spark_connect,
         start_timeout=180,
+        port_settings=("spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port"),
         hint="the Spark Connect server needs the metastore and MinIO",
     )
     # The data-quality report: serves the GX Data Docs site and renders the pages validation tasks queue
@@ -453,6 +352,8 @@ def services(settings: Settings) -> list[Service]:
         endpoint=f"http://{host}:{settings.dq_docs_port}/",
         probe=health.dq_docs,
         start_timeout=30,
+        port_settings=("dq_docs_port",),
+        prepare=bootstrap.prepare_data_docs,
         hint="serves and renders the Data Docs site (<state dir>/dq/gx/uncommitted/data_docs/local_site)",
     )
     af_env = {**env, **airflow_env(settings)}
@@ -475,6 +376,11 @@ def services(settings: Settings) -> list[Service]:
         endpoint=settings.airflow_url,
         probe=health.airflow,
         start_timeout=240,
+        port_settings=("airflow_port", "airflow_scheduler_health_port"),
+        prepare=lambda s: bootstrap.prepare_airflow(s, {**base_env(s), **airflow_env(s)}),
+        # Also on a running Airflow: pools added by an upgrade appear.
+        after_start=lambda s: bootstrap.ensure_pools(s.state_dir / "airflow",
+                                                     {**os.environ, **base_env(s), **airflow_env(s)}),
         hint="Airflow needs PostgreSQL; its metadata DB is migrated by `lake stack up`",
     )
     cluster = [spark_cluster(settings, env)] if settings.spark_cluster_workers else []
@@ -488,8 +394,6 @@ def spark_cluster(settings: Settings, env: dict[str, str]) -> Service:
     Executors inherit the workers' environment: the venv's Python (``PYSPARK_PYTHON``) and this repository on
     ``PYTHONPATH``, so ``mapInArrow`` code (the CDC parse) imports the same packages as the driver.
     """
-    from spark_jobs.jars import pyspark_home
-
     spark_class = str(pyspark_home() / "bin" / "spark-class")
     host = settings.host
     master = f"spark://{host}:{settings.spark_cluster_master_port}"
@@ -527,72 +431,3 @@ def stream_program(settings: Settings) -> Program:
                    env=base_env(settings), stop_wait=120, stop_as_group=False, start_secs=45)
 
 
-def template_values(settings: Settings) -> dict[str, str]:
-    return {
-        "HOST": settings.host,
-        "HOST_URL": f"[{settings.host}]" if ":" in settings.host else settings.host,
-        "PG_PORT": str(settings.pg_port),
-        "PG_SOCKET_DIR": str(pg_dirs(settings)[1]),
-        "PG_HOST": settings.pg_host,
-        "METASTORE_DB_USER": settings.pg_metastore_user,  # owner of the metastore database, not a superuser
-        "METASTORE_DB_PASSWORD": settings.pg_metastore_password,
-        "METASTORE_DB": settings.metastore_db,
-        "WAREHOUSE": settings.warehouse_uri,
-        "S3_ENDPOINT": settings.s3_endpoint,
-        "S3_REGION": settings.s3_region,
-        "S3_ACCESS_KEY": settings.s3_access_key,
-        "S3_SECRET_KEY": settings.s3_secret_key,
-        "KAFKA_PORT": str(settings.kafka_port),
-        "KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
-        "KAFKA_DATA_DIR": str(settings.data_dir / "kafka"),
-        "KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "KAFKA_CDC_RETENTION_MS": str(settings.kafka_cdc_retention_ms),
-        "KAFKA_CDC_RETENTION_BYTES": str(settings.kafka_cdc_retention_bytes),
-        "KAFKA_TOPIC_PARTITIONS": str(settings.kafka_topic_partitions),
-        "CONNECT_PORT": str(settings.connect_port),
-        "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),
-        "SECRETS_DIR": str(settings.state_dir / "secrets"),
-        **kafka_auth.server_template_values(settings),
-        "CONNECT_REST_USERS_FILE": str(kafka_auth.connect_rest_users_path(settings)),
-    }
-
-
-def render_configs(settings: Settings) -> None:
-    """Render every template into ``<state>/conf`` (private files: some hold secrets)."""
-    values = template_values(settings)
-    for src in sorted(TEMPLATES.rglob("*")):
-        if src.is_file():
-            dst = settings.conf_dir / src.relative_to(TEMPLATES)
-            write_private(dst, render_template(src.read_text(encoding="utf-8"), values))
-    write_private(spark_conf_dir(settings) / "spark-defaults.conf", spark_defaults_text(settings))
-    # Connect reads credentials through its FileConfigProvider from here.
-    write_private(settings.state_dir / "secrets" / "postgres.properties",
-                  f"cdc.user={settings.cdc_user}\ncdc.password={settings.cdc_password}\n")
-    for path, text in kafka_auth.connect_secret_files(settings).items():
-        write_private(path, text)
-    write_private(thrift_users_path(settings), f"{THRIFT_USER}={settings.thrift_password}\n")
-    write_private(thrift_password_path(settings), settings.thrift_password)
-
-
-#: The Thrift server's (JDBC) user; its password is ``LAKE_THRIFT_PASSWORD``.
-THRIFT_USER = "lake"
-
-
-def thrift_users_path(settings: Settings) -> Path:
-    """``user=password`` lines that ``infra/thrift/LakeThriftAuth.java`` checks logins against (0600)."""
-    return settings.state_dir / "secrets" / "thrift-users.properties"
-
-
-def thrift_password_path(settings: Settings) -> Path:
-    """The password alone (0600), for ``beeline -w <file>``: no password on a command line."""
-    return settings.state_dir / "secrets" / "thrift-password"
-
-
-def check_artifacts(settings: Settings) -> None:
-    """Fail early, naming the missing piece, before anything starts."""
-    jar_group_dir(settings, "kafka")
-    jar_group_dir(settings, "debezium")
-    jar_group_dir(settings, "spark")
-    minio_binary(settings)
-    java_bin()
-    build_java_classes(settings)

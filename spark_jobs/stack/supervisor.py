@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
 import xmlrpc.client
 from dataclasses import dataclass, field
-from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
+from supervisor.xmlrpc import SupervisorTransport
+from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
+
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
+from spark_jobs.stack.errors import StackError
 from spark_jobs.stack.services import Program, Service, stream_program
+
+log = logging.getLogger(__name__)
 
 # sockaddr_un.sun_path is 108 bytes on Linux.
 _MAX_SOCKET_PATH = 100
 
 
-class StackError(RuntimeError):
-    """Something about the stack a person has to act on; the message says what."""
+class _NotYet(Exception):
+    """supervisord answers but is not RUNNING yet."""
 
 
 def conf_path(settings: Settings) -> Path:
@@ -131,32 +136,13 @@ def _shell_word(word: str) -> str:
     return safe
 
 
-class _UnixHTTPConnection(HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost")
-        self._path = path
-
-    def connect(self) -> None:
-        import socket
-
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(30)
-        sock.connect(self._path)
-        self.sock = sock
-
-
-class _UnixTransport(xmlrpc.client.Transport):
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self._path = path
-
-    def make_connection(self, host: Any) -> HTTPConnection:
-        return _UnixHTTPConnection(self._path)
-
-
 def rpc(settings: Settings) -> Any:
-    """XML-RPC proxy to the running supervisord."""
-    transport = _UnixTransport(str(socket_path(settings)))
+    """XML-RPC proxy to the running supervisord, through supervisor's own Unix-socket transport.
+
+    That transport sets no socket timeout; every call we make returns at once (starts and stops are requested
+    with ``wait=False`` and polled), so only a hung supervisord could block it.
+    """
+    transport = SupervisorTransport(serverurl=f"unix://{socket_path(settings)}")
     return xmlrpc.client.ServerProxy("http://localhost", transport=transport).supervisor
 
 
@@ -171,7 +157,7 @@ def daemon_pid(settings: Settings) -> int | None:
         pid = -1
     alive = pid > 0 and _is_supervisord(pid)
     if not alive:
-        print(f"  removing stale supervisord pid file {pidfile} (pid {pid} is not running)", flush=True)
+        log.info(f"  removing stale supervisord pid file {pidfile} (pid {pid} is not running)")
         pidfile.unlink(missing_ok=True)
         socket_path(settings).unlink(missing_ok=True)
         return None
@@ -200,15 +186,15 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
     if proc.returncode != 0:
         detail = proc.stderr.strip() or proc.stdout.strip()
         raise StackError(f"supervisord failed to start ({' '.join(cmd)}): {detail}")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if rpc(settings).getState()["statename"] == "RUNNING":
-                return
-        except (OSError, xmlrpc.client.Error):
-            pass
-        time.sleep(0.2)
-    raise StackError(f"supervisord did not come up; see {settings.log_dir / 'supervisord.log'}")
+    try:
+        for attempt in Retrying(stop=stop_after_delay(20), wait=wait_fixed(0.2), reraise=True,
+                                retry=retry_if_exception_type((OSError, xmlrpc.client.Error, _NotYet))):
+            with attempt:
+                if rpc(settings).getState()["statename"] != "RUNNING":
+                    raise _NotYet
+    except (OSError, xmlrpc.client.Error, _NotYet) as exc:
+        raise StackError(f"supervisord did not come up within 20 s ({exc!r}); "
+                         f"see {settings.log_dir / 'supervisord.log'}") from exc
 
 
 def _apply_config_changes(settings: Settings) -> None:
@@ -223,7 +209,7 @@ def _apply_config_changes(settings: Settings) -> None:
     for name in changed:
         info = program_info(settings, name)
         if info and info.get("statename") in {"RUNNING", "STARTING"}:
-            print(f"  note: {name}'s configuration changed; `lake stack down && lake stack up` applies it", flush=True)
+            log.info(f"  note: {name}'s configuration changed; `lake stack down && lake stack up` applies it")
             continue
         api.removeProcessGroup(name)
         api.addProcessGroup(name)
@@ -313,10 +299,8 @@ STOPPED_STATES = ("STOPPED", "EXITED", "FATAL")
 def stop_program(settings: Settings, name: str, timeout: float = 180, poll: float = 0.5) -> None:
     """Stop program ``name`` and wait until it has stopped.
 
-    Polls instead of ``stopProcess(name, wait=True)``: that call blocks for up
-    to the program's ``stopwaitsecs`` (120 s for the streaming app, which
-    finishes its batch first), longer than the RPC socket's 30 s timeout, and
-    ended in a bare ``TimeoutError``.
+    Polls instead of ``stopProcess(name, wait=True)``, which blocks the RPC for up to the program's
+    ``stopwaitsecs`` (120 s for the streaming app, which finishes its batch first) with no progress to show.
     """
     try:
         rpc(settings).stopProcess(name, False)
@@ -324,15 +308,13 @@ def stop_program(settings: Settings, name: str, timeout: float = 180, poll: floa
         if "NOT_RUNNING" not in fault.faultString:
             raise
         return
-    deadline = time.monotonic() + timeout
-    state = "STOPPING"
-    while time.monotonic() < deadline:
-        state = str(rpc(settings).getProcessInfo(name)["statename"])
-        if state in STOPPED_STATES:
-            return
-        time.sleep(poll)
-    raise StackError(f"{name} is still {state} {timeout:.0f}s after the stop request; supervisord kills it "
-                     f"after its stop wait; see {settings.log_dir}")
+    state = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(poll),
+                     retry=retry_if_result(lambda st: st not in STOPPED_STATES),
+                     retry_error_callback=lambda rs: rs.outcome.result() if rs.outcome else "STOPPING",
+                     )(lambda: str(rpc(settings).getProcessInfo(name)["statename"]))
+    if state not in STOPPED_STATES:
+        raise StackError(f"{name} is still {state} {timeout:.0f}s after the stop request; supervisord kills it "
+                         f"after its stop wait; see {settings.log_dir}")
 
 
 def shutdown(settings: Settings, timeout: float = 120) -> None:
@@ -344,9 +326,8 @@ def shutdown(settings: Settings, timeout: float = 120) -> None:
         rpc(settings).shutdown()
     except (OSError, xmlrpc.client.Error):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _is_supervisord(pid):
-        time.sleep(0.3)
-    if _is_supervisord(pid):
+    alive = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.3), retry=retry_if_result(bool),
+                     retry_error_callback=lambda rs: True)(_is_supervisord, pid)
+    if alive:
         raise StackError(f"supervisord (pid {pid}) did not exit within {timeout:.0f}s; see {settings.log_dir}")
     pid_path(settings).unlink(missing_ok=True)

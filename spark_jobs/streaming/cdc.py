@@ -17,9 +17,8 @@ plans and commits; every record is handled in Spark tasks:
 4. when PostgreSQL gained a column, silver is widened (``ALTER TABLE ... ADD COLUMNS``, typed
    from the PostgreSQL catalog: the records carry no schema) and the batch parsed again;
 5. a progress file feeds ``lake stream status`` / ``lake stream wait``;
-6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` the tables it owns are compacted (OPTIMIZE, which
-   also folds deletion vectors back into files) and vacuumed, between batches, in this driver
-   (one writer per table).
+6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` the tables it owns are vacuumed between batches, in
+   this driver (one writer per table); Delta's auto compaction runs in the writes themselves.
 
 Exactly-once: appends carry a Delta transaction (``<query id>:<table>`` = batch id), so a
 batch replayed after a crash is appended once; the MERGE is guarded by the source
@@ -32,6 +31,7 @@ splits a topic partition's range into tasks, so the parse runs in parallel.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -47,6 +47,8 @@ from spark_jobs.streaming.common import (
     Maintenance,
     bronze_schema,
     create_table,
+    ensure_log_output,
+    log_batch,
     once_writer,
     quarantine_schema,
     query_id,
@@ -60,6 +62,8 @@ from spark_jobs.table_io import ensure_database, table_location
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
 
 QUERY = "lake_cdc"
 QUARANTINE = "quarantine.cdc"
@@ -279,7 +283,7 @@ class CdcApp:
         types = source_column_types(self.settings, "public", contract.table, added)
         # A PostgreSQL quoted identifier may hold a backtick: Spark SQL escapes it by doubling.
         cols = ", ".join(f"{quote_ident(name)} {sql_type}" for name, sql_type in types.items())
-        print(f"lake stream: {contract.silver} gains column(s) {cols} from PostgreSQL", flush=True)
+        log.info("lake stream: %s gains column(s) %s from PostgreSQL", contract.silver, cols)
         self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
 
     def _record_progress(self, per_partition: list[dict[str, Any]], batch_id: int, started: float) -> None:
@@ -295,10 +299,8 @@ class CdcApp:
         for table in self.progress["tables"].values():
             table["last_batch"] = batch_id
         write_json_atomic(status_path(self.settings), self.progress)
-        print(f"lake stream: {QUERY}: batch {batch_id}: {self.progress['batch_records']} record(s) in "
-              f"{self.progress['batch_seconds']:.2f} s " + " ".join(f"{k}={v}" for k, v in
-                                                                    self.progress["step_seconds"].items()),
-              flush=True)
+        log_batch(QUERY, batch_id, self.progress["batch_records"], self.progress["batch_seconds"],
+                  self.progress["step_seconds"])
 
 
 def unknown_topic_rejects(raw: DataFrame) -> DataFrame:
@@ -314,6 +316,7 @@ def unknown_topic_rejects(raw: DataFrame) -> DataFrame:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the CDC tables and start ``lake_cdc`` (Kafka ``shop.public.*`` -> foreachBatch)."""
+    ensure_log_output()
     app = CdcApp(spark, settings)
     app.ensure_tables()
     # Bounded in records, not bytes: a CDC record with TOASTed text (before and after image) is 10-30 KB;

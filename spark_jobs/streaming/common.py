@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +20,28 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+
+def ensure_log_output() -> None:
+    """The app's INFO lines (batches, restarts, failpoints) must reach its log: under supervisord that is stdout.
+
+    Plain ``%(message)s`` lines, so the texts tests and ``lake bench`` look for
+    stay as they are; a process that configured logging itself keeps its setup.
+    """
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    package = logging.getLogger("spark_jobs.streaming")
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.INFO)
+
+
+def log_batch(query: str, batch_id: int, records: int, seconds: float, steps: dict[str, float],
+              level: int = logging.INFO) -> None:
+    """One line per micro-batch: ``query=... batch=... records=... seconds=...`` then ``<step>=<seconds>``."""
+    log.log(level, "lake stream: query=%s batch=%d records=%d seconds=%.3f %s", query, batch_id, records, seconds,
+            " ".join(f"{k}={v:.3f}" for k, v in steps.items()))
 
 
 def status_path(settings: Settings) -> Path:
@@ -133,9 +157,8 @@ def kafka_source(spark: SparkSession, settings: Settings, subscription: tuple[st
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", max_offsets)
             .option("failOnDataLoss", "true")
-            # A micro-batch reads its offset range to the end of each partition; there the broker holds the
-            # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data. Measured here (a Spark
-            # batch read of 5,000 events + toArrow): 1.3 s with the default, 0.42 s with 20 ms.
+            # A micro-batch reads its offset range to the end of each partition, where the broker holds each
+            # fetch up to fetch.max.wait.ms (500 ms by default) waiting for more data (docs/benchmarks.md).
             .option("kafka.fetch.max.wait.ms", str(KAFKA_FETCH_MAX_WAIT_MS))
             .load())
 
@@ -203,9 +226,9 @@ class Maintenance:
             except Exception as exc:
                 if "DELTA_CANNOT_VACUUM_LITE" not in str(exc):
                     raise
-                print(f"lake stream: {self.query}: VACUUM {name} LITE refused (DELTA_CANNOT_VACUUM_LITE: the log "
-                      "no longer reaches the last vacuum); running VACUUM FULL once", flush=True)
+                log.warning("lake stream: %s: VACUUM %s LITE refused (DELTA_CANNOT_VACUUM_LITE: the log no longer "
+                            "reaches the last vacuum); running VACUUM FULL once", self.query, name)
                 self.spark.sql(f"VACUUM {name} FULL")
         self.last = self.clock()
-        print(f"lake stream: {self.query}: VACUUM LITE of {len(self.tables)} table(s) "
-              f"took {self.last - started:.1f} s", flush=True)
+        log.info("lake stream: %s: VACUUM LITE of %d table(s) took %.1f s", self.query, len(self.tables),
+                 self.last - started)

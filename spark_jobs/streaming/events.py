@@ -3,21 +3,8 @@
 Every per-record step runs in Spark tasks; the driver plans, commits and keeps
 a few values (the late-data watermark, the last batch id).
 
-**The plan** (:func:`events_stream`, one streaming query, one Kafka read per
-micro-batch shared by two branches):
-
-* *raw*: every record as Kafka gave it (key, value, coordinates, timestamp):
-  what bronze keeps and what the ledger counts;
-* *checked*: the contract applied on the executors
-  (:func:`spark_jobs.silver.events.check_events`, ``mapInArrow``), then
-  de-duplicated by ``event_id`` in Spark's state store
-  (``dropDuplicatesWithinWatermark``, RocksDB provider) with a watermark on
-  the batch's ingest time: a re-send is dropped if it arrives within
-  ``LAKE_EVENTS_WATERMARK_MINUTES`` (to 2x that) of the first copy, and the
-  state forgets ids after that, so it holds rate x horizon ids at most and
-  survives restarts with the checkpoint. Rejects pass through (their key is
-  their Kafka coordinates). The ingest time never falls behind its own
-  watermark, so the operator drops no record as "late".
+The plan up to ``foreachBatch`` (one Kafka read per micro-batch, raw and
+checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.events_plan`.
 
 **Each micro-batch** (``foreachBatch``, :meth:`EventsApp.process`), on the
 persisted batch:
@@ -31,7 +18,7 @@ persisted batch:
    event time seen - ``LAKE_EVENTS_WATERMARK_MINUTES``) is kept in silver and
    counted in its window's ``late_events``, never added to its metrics;
 3. the driver upserts the changed hot-window rows (delta-rs MERGE of a few
-   rows, ``spark_jobs.driver_delta``): the hot tables are fresh from here;
+   rows, ``spark_jobs.delta_rs_tables``): the hot tables are fresh from here;
 4. Spark appends bronze (every record), silver (the unique valid events) and
    quarantine (rejects with raw bytes, reason, detail, coordinates), three
    writes run side by side;
@@ -52,6 +39,7 @@ the horizon is a new event (counted, not dropped).
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -59,26 +47,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.events import TOPIC
-from spark_jobs.driver_delta import DriverTable
+from spark_jobs.delta_rs_tables import DriverTable
 from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
 from spark_jobs.settings import Settings
-from spark_jobs.silver.events import check_events, checked_schema, valid_events
+from spark_jobs.silver.events import checked_schema, valid_events
 from spark_jobs.streaming.common import (
     Maintenance,
     bronze_schema,
     create_table,
+    ensure_log_output,
+    log_batch,
     once_writer,
     quarantine_schema,
     query_id,
     read_json,
     write_json_atomic,
 )
+from spark_jobs.streaming.events_plan import CHECKED, RAW, batch_stats, events_stream, late_flag
 from spark_jobs.table_io import ensure_database, table_location
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 QUERY = "lake_events"
 BRONZE = "bronze.events__clickstream"
@@ -102,70 +95,12 @@ STATE_STORE_CONF = {
 #: File under ``<run dir>/failpoints/`` that holds a batch after its hot commit, before its appends (tests only:
 #: the crash test kills the driver there, see ``_hold_if_asked``).
 HOLD_BEFORE_APPEND_FAILPOINT = "events-hold-before-append"
-_RAW, _CHECKED = "raw", "checked"
 #: Start of the log line a (re)started app prints when its first batch begins (``lake bench events`` waits for it).
 FIRST_BATCH_MARKER = f"lake stream: {QUERY} first batch"
 
 
 def events_status_path(settings: Settings) -> Path:
     return settings.run_dir / "stream-events-status.json"
-
-
-def events_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
-    """The Kafka source's rows -> the query's plan up to ``foreachBatch`` (see the module docstring).
-
-    Out: the raw rows (``_kind`` = "raw": key, value, topic, partition, offset,
-    kafka_timestamp) and the checked, de-duplicated rows (``_kind`` = "checked":
-    :func:`~spark_jobs.silver.events.checked_schema`, key and value only for
-    rejects), both with ``_ingest_time`` (the batch's timestamp).
-    """
-    from pyspark.sql import functions as F
-
-    stamped = source.withColumnRenamed("timestamp", "kafka_timestamp").withColumn(
-        "_ingest_time", F.current_timestamp())
-    raw = stamped.select("key", "value", "topic", "partition", "offset", "kafka_timestamp", "_ingest_time",
-                         F.lit(_RAW).alias("_kind"))
-    rejected = F.col("_reason").isNotNull()
-    checked = (check_events(stamped, keep=["_ingest_time"])
-               .withColumn("key", F.when(rejected, F.col("key")))
-               .withColumn("value", F.when(rejected, F.col("value")))
-               .withColumn("_kind", F.lit(_CHECKED))
-               .withColumn("_dedup_key", F.coalesce(F.col("_event_id"),
-                                                    F.format_string("#%d/%d", F.col("partition"), F.col("offset"))))
-               .withWatermark("_ingest_time", f"{watermark_minutes} minutes")
-               .dropDuplicatesWithinWatermark(["_dedup_key"])
-               .drop("_dedup_key"))
-    return raw.unionByName(checked, allowMissingColumns=True)
-
-
-def late_flag(watermark: datetime | None) -> Column:
-    """``_late``: event time before the watermark in force (NULL watermark: nothing is late yet)."""
-    from pyspark.sql import functions as F
-
-    if watermark is None:
-        return F.lit(False)
-    return F.col("_event_time") < F.lit(watermark)
-
-
-def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
-    """Per Kafka partition of a batch (:func:`events_stream` rows): received, first/last offset, unique valid,
-    quarantined, late, newest on-time event time, ingest time. One small row per partition."""
-    from pyspark.sql import functions as F
-
-    is_raw = F.col("_kind") == _RAW
-    checked = F.col("_kind") == _CHECKED
-    valid = checked & F.col("_reason").isNull()
-    one = F.lit(1)
-    return frame.groupBy("partition").agg(
-        F.count(F.when(is_raw, one)).alias("received"),
-        F.min(F.when(is_raw, F.col("offset"))).alias("first_offset"),
-        F.max(F.when(is_raw, F.col("offset"))).alias("last_offset"),
-        F.count(F.when(valid, one)).alias("appended"),
-        F.count(F.when(checked & F.col("_reason").isNotNull(), one)).alias("quarantined"),
-        F.count(F.when(valid & late, one)).alias("late"),
-        F.max(F.when(valid & ~late, F.col("_event_time"))).alias("newest_on_time"),
-        F.max("_ingest_time").alias("ingest_time"),
-    )
 
 
 class EventsApp:
@@ -213,8 +148,8 @@ class EventsApp:
         if self.done_through is None:
             self._restore(batch_id)
         if self.done_through is not None and batch_id <= self.done_through:
-            print(f"lake stream: {QUERY} batch {batch_id} is in the ledger already (replay after a restart): "
-                  "every table holds it", flush=True)
+            log.info("lake stream: %s batch %d is in the ledger already (replay after a restart): every table "
+                     "holds it", QUERY, batch_id)
             return
         started = time.monotonic()
         steps: dict[str, float] = {}
@@ -223,7 +158,7 @@ class EventsApp:
         late = late_flag(watermark_before)
         frame = frame.persist()
         try:
-            checked = frame.where(F.col("_kind") == _CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
+            checked = frame.where(F.col("_kind") == CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
             valid = valid_events(checked, keep=[late.alias("_late"), F.lit(batch_id).cast("bigint").alias("_batch_id")])
             # One Spark job: read, check, de-duplicate (and cache) the batch, count it per Kafka partition and
             # aggregate it per hot window; only these small rows reach the driver.
@@ -271,9 +206,9 @@ class EventsApp:
         steps["ledger"] = time.monotonic() - t
         self.done_through = batch_id
         self._record_progress(batch_id, ledger, stats, steps)
-        if received >= LOG_BATCH_RECORDS:  # a backlog: show progress and where the time goes
-            print(f"lake stream: {QUERY} batch {batch_id}: {received} records in {ledger['batch_seconds']:.2f} s ("
-                  + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()) + ")", flush=True)
+        # A backlog's batches show progress and where the time goes; small steady batches only at DEBUG.
+        log_batch(QUERY, batch_id, received, ledger["batch_seconds"], steps,
+                  logging.INFO if received >= LOG_BATCH_RECORDS else logging.DEBUG)
         self._maintain_hot_if_due()
         self.maintenance.run_if_due()
 
@@ -296,7 +231,7 @@ class EventsApp:
         """Bronze, silver and quarantine rows of the batch, three Spark appends side by side (each once)."""
         from pyspark.sql import functions as F
 
-        bronze = frame.where(F.col("_kind") == _RAW).select(
+        bronze = frame.where(F.col("_kind") == RAW).select(
             "key", "value", "topic", "partition", "offset", "kafka_timestamp",
             F.col("_ingest_time").alias("ingest_time"), F.to_date("_ingest_time").alias("ingest_date"))
         quarantine = checked.where(F.col("_reason").isNotNull()).select(
@@ -317,8 +252,8 @@ class EventsApp:
         """Wait while the failpoint file exists (tests: a driver killed with the hot tables ahead of the rest)."""
         hold = self.settings.run_dir / "failpoints" / HOLD_BEFORE_APPEND_FAILPOINT
         if hold.exists():
-            print(f"lake stream: {QUERY} batch {batch_id}: hot tables committed, holding before the appends "
-                  f"(failpoint {hold})", flush=True)
+            log.info("lake stream: %s batch %d: hot tables committed, holding before the appends (failpoint %s)",
+                     QUERY, batch_id, hold)
         while hold.exists():
             time.sleep(0.1)
 
@@ -331,8 +266,8 @@ class EventsApp:
         last = self.spark.table(LEDGER).orderBy(F.col("batch_id").desc()).limit(1).collect()
         self.done_through = int(last[0].batch_id) if last else -1
         self.watermark = _utc(last[0].watermark_after) if last else None
-        print(f"{FIRST_BATCH_MARKER} {batch_id}: restored watermark {self.watermark} (ledger through batch "
-              f"{self.done_through})", flush=True)
+        log.info("%s %d: restored watermark %s (ledger through batch %d)", FIRST_BATCH_MARKER, batch_id,
+                 self.watermark, self.done_through)
 
     # -- status and upkeep ---------------------------------------------------------------
 
@@ -409,6 +344,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     from spark_jobs.streaming.common import kafka_source, require_topic
     from spark_jobs.table_io import checkpoint_location
 
+    ensure_log_output()
     require_topic(settings, TOPIC)
     app = EventsApp(spark, settings)
     app.ensure_tables()

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.settings import Settings
+from spark_jobs.settings import Settings, load_settings
+from tests.integration.lakehelpers import run_lake
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -20,9 +21,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Settings]:
-    from spark_jobs.stack import manager
-
-    yield manager.up()
+    # Through the `lake` command, as a user starts it: run by root, it switches to the service user first
+    # (spark_jobs.stack.service_user), so nothing in the state dir is written by root.
+    run_lake("stack", "up", timeout=900)
+    yield load_settings()
 
 
 @pytest.fixture

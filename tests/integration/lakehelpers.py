@@ -50,7 +50,7 @@ def beeline(settings: Settings, query: str, *, user: str | None = None,
     """``query`` through the Thrift server (JDBC) with pyspark's beeline, as the stack's Thrift user by default;
     csv2 output, so the last two words of stdout are the header and value of a one-cell result."""
     from spark_jobs.jars import pyspark_home
-    from spark_jobs.stack.services import THRIFT_USER, thrift_password_path
+    from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
 
     return subprocess.run(
         [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{settings.host}:{settings.thrift_port}/default",

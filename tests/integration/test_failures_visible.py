@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from spark_jobs import connectors
-from spark_jobs.settings import Settings
+from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import health, supervisor
 from tests.integration.lakehelpers import run_lake, shop_cursor, wait_until
 
@@ -34,11 +34,9 @@ BOGUS_SLOT = "lake_test_failed_task"
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[Settings]:
-    from spark_jobs.stack import manager
-
-    settings = manager.up(["connect"])
-    connectors.apply(settings)
-    yield settings
+    run_lake("stack", "up", "connect", timeout=900)
+    run_lake("connectors", "apply", timeout=600)
+    yield load_settings()
 
 
 def _status() -> tuple[int, dict[str, object], str]:

@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from spark_jobs.settings import Settings
-from spark_jobs.stack.manager import PORT_SETTING, _port_in_use
+from spark_jobs.stack.manager import _port_in_use
+from spark_jobs.stack.services import services
 from tests.integration.lakehelpers import lake_sql, run_lake
 
 
@@ -30,7 +31,7 @@ def test_down_leaves_no_process_and_up_restores_the_lake(stack: Settings) -> Non
         if marker in cmd and "pytest" not in cmd:
             lingering.append(f"{proc.info['pid']}: {cmd[:150]}")
     assert lingering == []
-    busy = [f"{setting}={getattr(stack, setting)}" for settings in PORT_SETTING.values() for setting in settings
+    busy = [f"{setting}={getattr(stack, setting)}" for service in services(stack) for setting in service.port_settings
             if _port_in_use(stack.host, getattr(stack, setting))]
     assert busy == []
     status = json.loads(run_lake("stack", "status", "--json", check=False).stdout)

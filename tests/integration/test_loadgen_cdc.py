@@ -161,8 +161,6 @@ def test_pg_rows_are_normalised_and_comparable(stack):
 
 
 def test_connection_failure_names_endpoint_and_fix(stack):
-    from dataclasses import replace
-
-    bad = replace(stack, pg_port=1)
+    bad = stack.model_copy(update={"pg_port": 1})
     with pytest.raises(LoadgenError, match=r"(?s)PostgreSQL at 127\.0\.0\.1:1 .*`lake stack up`"):
         run(bad, rate=10, duration=1, seed=0)

@@ -149,7 +149,7 @@ def test_connect_rest_refuses_a_caller_without_the_password(stack: Settings, cre
 
 @pytest.mark.parametrize(("user", "password"), [("lake", "wrong"), ("lake", ""), ("nobody", "the real one")])
 def test_the_thrift_server_refuses_a_wrong_login(stack: Settings, user: str, password: str, tmp_path: Any) -> None:
-    from spark_jobs.stack.services import thrift_password_path
+    from spark_jobs.stack.configs import thrift_password_path
 
     given = tmp_path / "pw"
     given.write_text(thrift_password_path(stack).read_text() if password == "the real one" else password)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import TABLES, lake_table
-from spark_jobs.driver_delta import storage_options, table_uri
+from spark_jobs.delta_rs_tables import storage_options, table_uri
 from spark_jobs.settings import Settings
 from spark_jobs.stack.health import s3_client
 from spark_jobs.table_io import LAYERS

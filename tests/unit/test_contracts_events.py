@@ -17,15 +17,15 @@ from spark_jobs.contracts.events import (
     REASONS,
     WRONG_TYPE,
     ContractError,
-    breaking_changes,
     check_record,
     event_errors,
-    field_rules,
     format_event_time,
     load_schema,
     parse_event_time,
     released_schemas,
 )
+from spark_jobs.contracts.events_compat import breaking_changes
+from spark_jobs.contracts.events_rules import field_rules
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
 

@@ -10,8 +10,9 @@ import pytest
 
 from spark_jobs import kafka_auth
 from spark_jobs.settings import SECRET_NAMES, Settings, load_settings
-from spark_jobs.stack import services
-from spark_jobs.stack.services import render_template, template_values
+from spark_jobs.stack import services, templates
+from spark_jobs.stack.configs import template_values
+from spark_jobs.stack.templates import render_template
 
 PASSWORDS = {f"LAKE_KAFKA_{p.upper()}_PASSWORD": f"pw{p.capitalize()}0123456789" for p in kafka_auth.USERS}
 PASSWORDS["LAKE_CONNECT_REST_PASSWORD"] = "pwConnectRest0123456789"
@@ -32,7 +33,7 @@ def _props(text: str) -> dict[str, str]:
 
 
 def _rendered(settings: Settings, name: str) -> dict[str, str]:
-    return _props(render_template((Path(services.TEMPLATES) / name).read_text(), template_values(settings)))
+    return _props(render_template((Path(templates.TEMPLATES) / name).read_text(), template_values(settings)))
 
 
 def test_every_kafka_password_is_a_generated_secret() -> None:
@@ -114,7 +115,7 @@ def test_no_acl_is_for_a_super_user_and_every_operation_exists() -> None:
 
 
 def test_connect_rest_requires_basic_auth_from_a_private_file(settings: Settings) -> None:
-    from spark_jobs.stack.services import render_configs
+    from spark_jobs.stack.configs import render_configs
 
     props = _rendered(settings, "connect/worker.properties")
     assert props["rest.extension.classes"] == \

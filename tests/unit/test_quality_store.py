@@ -35,7 +35,7 @@ def _flaky(errors: list[Exception]) -> tuple[list[int], Callable[[], None]]:
 def test_a_write_that_lost_a_commit_race_is_retried(error: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("spark_jobs.quality.store.time.sleep", lambda s: None)
     calls, write = _flaky([error, error])
-    store._with_retries(write, "ops.dq_results")
+    store._with_retries(write)
     assert len(calls) == 3
 
 
@@ -43,9 +43,9 @@ def test_other_errors_and_the_last_attempt_are_raised(monkeypatch: pytest.Monkey
     monkeypatch.setattr("spark_jobs.quality.store.time.sleep", lambda s: None)
     calls, write = _flaky([UnknownException("[TABLE_OR_VIEW_NOT_FOUND] ops.dq_results")])
     with pytest.raises(UnknownException, match="TABLE_OR_VIEW_NOT_FOUND"):
-        store._with_retries(write, "ops.dq_results")
+        store._with_retries(write)
     assert len(calls) == 1
     calls, write = _flaky([UnknownException(PROTOCOL_CHANGED) for _ in range(store.WRITE_ATTEMPTS)])
     with pytest.raises(UnknownException, match="DELTA_PROTOCOL_CHANGED"):
-        store._with_retries(write, "ops.dq_results")
+        store._with_retries(write)
     assert len(calls) == store.WRITE_ATTEMPTS

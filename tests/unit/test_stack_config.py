@@ -10,8 +10,10 @@ import pytest
 from spark_jobs.settings import load_settings
 from spark_jobs.stack import services, supervisor
 from spark_jobs.stack.bootstrap import bucket_policy
-from spark_jobs.stack.services import Program, render_template, template_values
-from spark_jobs.stack.supervisor import StackError
+from spark_jobs.stack.configs import template_values
+from spark_jobs.stack.errors import StackError
+from spark_jobs.stack.services import Program
+from spark_jobs.stack.templates import render_template
 
 
 def test_render_template_substitutes_and_rejects_leftovers() -> None:

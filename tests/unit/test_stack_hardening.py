@@ -10,8 +10,9 @@ import pytest
 
 from spark_jobs import session
 from spark_jobs.settings import SECRET_NAMES, Settings, SettingsError, load_settings
-from spark_jobs.stack import bootstrap, services, supervisor
-from spark_jobs.stack.services import render_template, template_values
+from spark_jobs.stack import bootstrap, configs, services, supervisor, templates, tools
+from spark_jobs.stack.configs import template_values
+from spark_jobs.stack.templates import render_template
 
 SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3secretvalue0123456789",
            "LAKE_PG_PASSWORD": "pgpasswordvalue123", "LAKE_CDC_PASSWORD": "cdcpasswordvalue123",
@@ -92,7 +93,7 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
         assert "spark.blockManager.port" not in cmd  # it would pin a cluster's executors to the same port
         assert "spark.port.maxRetries=0" in cmd
     values = template_values(settings)
-    root = Path(services.TEMPLATES)
+    root = Path(templates.TEMPLATES)
     kafka = render_template((root / "kafka" / "server.properties").read_text(), values)
     assert (f"listeners=SASL_PLAINTEXT://127.0.0.2:{settings.kafka_port},CONTROLLER://127.0.0.2:"
             f"{settings.kafka_controller_port}") in kafka
@@ -117,9 +118,9 @@ def _settings_lines(properties: str) -> str:
 
 def test_the_metastore_launcher_compiles(settings: Settings, tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path / "s"), "LAKE_CACHE_DIR": str(tmp_path / "cache")})
-    out = services.build_java_classes(s)
+    out = tools.build_java_classes(s)
     assert (out / "LakeMetaStore.class").is_file()
-    assert services.build_java_classes(s) == out  # cached
+    assert tools.build_java_classes(s) == out  # cached
 
 
 def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
@@ -152,9 +153,9 @@ def test_the_thrift_server_asks_for_a_password_from_a_private_file(settings: Set
     cmd = " ".join(thrift.command)
     assert "spark.hive.server2.authentication=CUSTOM" in cmd
     assert "-Dhive.server2.custom.authentication.class=LakeThriftAuth" in cmd
-    assert str(services.java_classes_dir(settings)) in cmd  # the compiled check is on the driver's class path
-    assert thrift.env["LAKE_THRIFT_USERS_FILE"] == str(services.thrift_users_path(settings))
-    services.render_configs(settings)
-    users, password = services.thrift_users_path(settings), services.thrift_password_path(settings)
-    assert users.read_text() == f"{services.THRIFT_USER}=thriftPw123\n" and password.read_text() == "thriftPw123"
+    assert str(tools.java_classes_dir(settings)) in cmd  # the compiled check is on the driver's class path
+    assert thrift.env["LAKE_THRIFT_USERS_FILE"] == str(configs.thrift_users_path(settings))
+    configs.render_configs(settings)
+    users, password = configs.thrift_users_path(settings), configs.thrift_password_path(settings)
+    assert users.read_text() == f"{configs.THRIFT_USER}=thriftPw123\n" and password.read_text() == "thriftPw123"
     assert users.stat().st_mode & 0o077 == 0 and password.stat().st_mode & 0o077 == 0

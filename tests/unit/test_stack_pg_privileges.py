@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.settings import Settings, load_settings
-from spark_jobs.stack import bootstrap
-from spark_jobs.stack.services import airflow_env, render_template, template_values
-from spark_jobs.stack.supervisor import StackError
+from spark_jobs.stack import postgres
+from spark_jobs.stack.configs import template_values
+from spark_jobs.stack.errors import StackError
+from spark_jobs.stack.services import airflow_env
+from spark_jobs.stack.templates import render_template
 
 HIVE_SITE = Path(__file__).resolve().parents[2] / "infra" / "conf" / "hive" / "hive-site.xml"
 
@@ -27,7 +29,7 @@ def _hba_rows(text: str) -> list[list[str]]:
 
 
 def test_hba_names_each_role_with_its_one_database_and_scram_only(settings: Settings) -> None:
-    rows = _hba_rows(bootstrap.pg_hba_text(settings))
+    rows = _hba_rows(postgres.pg_hba_text(settings))
     assert rows[0] == ["local", "all", "lake_admin", "scram-sha-256"]
     assert all(r[-1] == "scram-sha-256" for r in rows)
     host_rows = {(r[1], r[2], r[3]) for r in rows if r[0] == "host"}
@@ -50,21 +52,21 @@ def test_hba_names_each_role_with_its_one_database_and_scram_only(settings: Sett
     ("db.internal", ["samehost"]),
 ])
 def test_hba_addresses_are_this_machines_only(host: str, expected: list[str]) -> None:
-    assert bootstrap.hba_addresses(host) == expected
+    assert postgres.hba_addresses(host) == expected
 
 
 def test_roles_are_never_superusers_and_only_cdc_replicates() -> None:
-    cdc = bootstrap.role_sql("lake_cdc", exists=False, replication=True)
+    cdc = postgres.role_sql("lake_cdc", exists=False, replication=True)
     assert cdc == ('CREATE ROLE "lake_cdc" WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS REPLICATION '
                    "PASSWORD %s")
-    app = bootstrap.role_sql("lake_app", exists=True, replication=False)
+    app = postgres.role_sql("lake_app", exists=True, replication=False)
     assert app.startswith('ALTER ROLE "lake_app" WITH LOGIN NOSUPERUSER') and " NOREPLICATION " in app
     with pytest.raises(StackError, match="alphanumeric"):
-        bootstrap.role_sql('x"; DROP ROLE y; --', exists=False, replication=False)
+        postgres.role_sql('x"; DROP ROLE y; --', exists=False, replication=False)
 
 
 def test_databases_get_their_owners_and_public_connects_nowhere(settings: Settings) -> None:
-    stmts = bootstrap.database_privilege_sql(settings)
+    stmts = postgres.database_privilege_sql(settings)
     assert 'ALTER DATABASE "airflow" OWNER TO "lake_airflow"' in stmts
     assert 'ALTER DATABASE "metastore" OWNER TO "lake_metastore"' in stmts
     for db in ("shop", "airflow", "metastore"):
@@ -76,7 +78,7 @@ def test_databases_get_their_owners_and_public_connects_nowhere(settings: Settin
 
 
 def test_the_app_role_gets_dml_on_the_captured_tables_and_creates_nothing(settings: Settings) -> None:
-    stmts = bootstrap.shop_privilege_sql(settings, ["customers", "orders"])
+    stmts = postgres.shop_privilege_sql(settings, ["customers", "orders"])
     assert 'GRANT SELECT, INSERT, UPDATE, DELETE ON public."customers", public."orders" TO "lake_app"' in stmts
     assert 'REVOKE CREATE ON SCHEMA public FROM "lake_cdc", "lake_app"' in stmts
     assert not [s for s in stmts if s.startswith("GRANT") and "CREATE" in s]
@@ -86,7 +88,7 @@ def test_owner_transfer_names_each_object_kind() -> None:
     owned = [("SCHEMA", "extra"), ("r", "public.dag_run"), ("S", "public.free_seq"), ("v", "public.v"),
              ("m", "public.mv"), ("TYPE", "public.state_enum"), ("DOMAIN", "public.d"),
              ("ROUTINE", "public.f(integer)")]
-    assert bootstrap.owner_transfer_sql(owned, "lake_airflow") == [
+    assert postgres.owner_transfer_sql(owned, "lake_airflow") == [
         'ALTER SCHEMA extra OWNER TO "lake_airflow"',
         'ALTER TABLE public.dag_run OWNER TO "lake_airflow"',
         'ALTER SEQUENCE public.free_seq OWNER TO "lake_airflow"',

@@ -10,7 +10,8 @@ import pytest
 
 from spark_jobs.settings import load_settings
 from spark_jobs.stack import supervisor
-from spark_jobs.stack.supervisor import StackError, stop_program
+from spark_jobs.stack.errors import StackError
+from spark_jobs.stack.supervisor import stop_program
 
 
 class FakeSupervisor:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.streaming.events import STATE_STORE_CONF, batch_stats, events_stream, late_flag
+from spark_jobs.streaming.events import STATE_STORE_CONF
+from spark_jobs.streaming.events_plan import batch_stats, events_stream, late_flag
 
 KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 T0 = datetime(2026, 11, 22, 5, 0, 0, tzinfo=UTC)

@@ -1,9 +1,8 @@
 """Arrow columns -> Python lists, fast: the driver's per-record loops start from these.
 
-``ChunkedArray.to_pylist()`` builds an Arrow scalar per value and costs ~0.7 us
-a value for strings and bytes (0.14 s for a 200,000-record batch); going through
-numpy's object array gives the same Python objects ~4x faster, and plain ints
-~10x faster.
+``ChunkedArray.to_pylist()`` builds an Arrow scalar per value; going through
+numpy's object array gives the same Python objects several times faster
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations

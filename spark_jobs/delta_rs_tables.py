@@ -1,13 +1,12 @@
 """Small Delta commits from the driver, without a Spark job (delta-rs).
 
-Spark's Delta writer costs seconds per commit on a small machine however small
-the data: delta-spark 4.4 rebuilds a table's state with a Spark job for every
-new version it reads, and each job has ~0.5-2 s of fixed cost on two cores.
-The hot tables (a few hundred rows, rewritten every batch) and the events
-ledger (one row per batch) are on the freshness-critical path, so the events
-query commits them here: the ``deltalake`` (delta-rs) writer builds the Parquet
-file and the commit JSON in the driver, ~30-60 ms per commit against MinIO
-(measured on this machine), and Spark reads the result like any Delta version.
+Spark's Delta writer costs seconds per commit however small the data (delta-spark
+rebuilds a table's state with a Spark job for every new version it reads). The
+hot tables (a few hundred rows, rewritten every batch) and the events ledger (one
+row per batch) are on the freshness-critical path, so the events query commits
+them here: the ``deltalake`` (delta-rs) writer builds the Parquet file and the
+commit JSON in the driver in tens of milliseconds (docs/benchmarks.md), and Spark
+reads the result like any Delta version.
 
 The tables are still created by Spark (catalog registration, schema,
 properties) and still have one writer: the streaming app (DESIGN.md, single

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_jobs.driver_delta import DriverDeltaError, DriverTable, check_writable, storage_options, table_uri
+from spark_jobs.delta_rs_tables import DriverDeltaError, DriverTable, check_writable, storage_options, table_uri
 from spark_jobs.settings import load_settings
 
 SCHEMA = pa.schema([pa.field("window_start", pa.timestamp("us", tz="UTC"), nullable=False),

@@ -1,0 +1,67 @@
+"""Build :class:`Settings` from the environment, then ``<state dir>/.env``, then the model's defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource
+
+from spark_jobs.settings.model import Settings, defaults
+from spark_jobs.settings.validation import SettingsError, env_name
+
+
+class _Environ(EnvSettingsSource):
+    """``LAKE_*`` variables of the process, or of the mapping a caller (a test) passes instead."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {self._apply_case_sensitive(k): v for k, v in self._environ.items()}
+
+
+class _DotEnv(DotEnvSettingsSource):
+    """``<state dir>/.env``: generated secrets and local overrides. A line that is not ``KEY=VALUE`` is an error."""
+
+    def _read_env_file(self, file_path: Path) -> Mapping[str, str | None]:
+        for lineno, raw in enumerate(file_path.read_text(encoding="utf-8").splitlines(), 1):
+            line = raw.strip()
+            if line and not line.startswith("#") and "=" not in line:
+                raise SettingsError(f"{file_path}:{lineno}: expected KEY=VALUE, got {raw!r}")
+        return super()._read_env_file(file_path)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve settings from ``environ`` (default ``os.environ``) and the state dir's ``.env``."""
+    env = {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith("LAKE_")}
+    unknown = sorted(set(env) - {env_name(name) for name in defaults()})
+    if unknown:
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(unknown)}; the valid names are listed in .env.example"
+        )
+    # The state dir locates .env, so it comes from the environment alone.
+    state_dir = Path(env.get("LAKE_STATE_DIR", defaults()["state_dir"])).expanduser().resolve()
+    env["LAKE_STATE_DIR"] = str(state_dir)
+    sources = (_Environ(env), _DotEnv(Settings, env_file=state_dir / ".env"))
+    try:
+        # BaseSettings' own keyword: mypy sees only the fields in the constructor.
+        return Settings(_build_sources=(sources, {}))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise SettingsError("\n".join(_explain(err) for err in exc.errors())) from None
+
+
+def _explain(err: Mapping[str, object]) -> str:
+    """One pydantic error as ``LAKE_<NAME>=<value> ...; the fix``."""
+    ctx = err.get("ctx")
+    if err["type"] == "value_error" and isinstance(ctx, dict):
+        return str(ctx["error"])  # our own checks already name the variable and the fix
+    loc = err["loc"]
+    field = str(loc[0]) if isinstance(loc, tuple) and loc else "?"
+    name = field if field.startswith("LAKE_") else env_name(field)
+    if str(err["type"]).startswith("int_"):
+        return f"{name}={err['input']!r} is not an integer; fix it in the environment or .env"
+    return f"{name}={err['input']!r}: {err['msg']}; fix it in the environment or .env"

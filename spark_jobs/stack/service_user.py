@@ -1,0 +1,146 @@
+"""Started by root, ``lake`` runs as an unprivileged OS user (``LAKE_SERVICE_USER``, default ``lake``).
+
+The switch happens once, at the start of the ``lake`` command, before anything is read or started: the CLI,
+supervisord, every service it supervises (PostgreSQL included), the streaming app and the Spark drivers then
+run as that user and own the state dir, so no file there is written by two users. Root is kept only when the
+user cannot reach the checkout, its venv, the state dir or the artifact cache (a checkout under a 0700 home):
+``lake`` then says so and why, and runs as before (PostgreSQL as ``LAKE_PG_OS_USER``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.stack.errors import StackError, run_tool
+
+log = logging.getLogger(__name__)
+
+#: Folders under the state dir whose files only the services write (never root): not re-walked on every call.
+_SERVICE_ONLY = ("data",)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """What :func:`plan` decided: run as ``user`` (uid/gid), or stay root because of ``reason``."""
+
+    user: str | None
+    uid: int = -1
+    gid: int = -1
+    reason: str = ""
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    """The OS user ``name``, created as a system user without a login shell if missing."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        run_tool(["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                 f"creating system user {name} for the stack's processes")
+        return pwd.getpwnam(name)
+
+
+def _reachable(user: str, path: Path, mode: str) -> bool:
+    """``test -<mode> path`` as ``user`` (the kernel's own permission check, ACLs included)."""
+    proc = subprocess.run(["runuser", "-u", user, "--", "test", f"-{mode}", str(path)], check=False,
+                          capture_output=True)
+    return proc.returncode == 0
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def plan(settings: Settings, euid: int | None = None) -> Switch:
+    """Whether (and as whom) to drop root; never changes anything but creating the user."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return Switch(None, reason="not started as root")
+    name = settings.service_user
+    if name == "root":
+        return Switch(None, reason="LAKE_SERVICE_USER=root")
+    entry = ensure_user(name)
+    venv = Path(sys.executable).parent
+    needs = [(REPO_ROOT, "r", "the checkout"), (venv / "python", "x", "the venv's python"),
+             (settings.cache_dir, "r", "the artifact cache (LAKE_CACHE_DIR)"),
+             (_existing(settings.state_dir.parent), "x", "the state dir's parent folder (LAKE_STATE_DIR)")]
+    for path, mode, what in needs:
+        if path.exists() and not _reachable(name, path, mode):
+            return Switch(None, reason=f"OS user {name} cannot reach {what} at {path}; make it reachable (chmod o+x "
+                                       "on its parent folders), or set LAKE_SERVICE_USER=root to keep root quietly")
+    if _root_daemon(settings):
+        return Switch(None, reason=(f"the stack running for {settings.state_dir} was started as root; "
+                                    f"`lake stack down` then `lake stack up` moves it to OS user {name}"))
+    return Switch(name, entry.pw_uid, entry.pw_gid)
+
+
+def _root_daemon(settings: Settings) -> bool:
+    """A supervisord of this state dir runs as root (started before the switch existed): only root can stop it."""
+    try:
+        pid = int((settings.run_dir / "supervisord.pid").read_text().strip())
+        status = Path(f"/proc/{pid}/status").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "")
+    return b"supervisord" in cmdline and uid == "0"
+
+
+def _chown_tree(root: Path, uid: int, gid: int, skip: tuple[str, ...] = ()) -> int:
+    """Give everything under ``root`` (not following links) to uid:gid; returns how many entries changed."""
+    changed = 0
+    for top, dirnames, filenames in os.walk(root):
+        if Path(top) == root:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in [".", *dirnames, *filenames]:
+            path = Path(top) / name if name != "." else Path(top)
+            try:
+                st = path.lstat()
+                if st.st_uid != uid or st.st_gid != gid:
+                    os.lchown(path, uid, gid)
+                    changed += 1
+            except FileNotFoundError:  # a temp file of a running service
+                continue
+    return changed
+
+
+def adopt_state_dir(settings: Settings, switch: Switch) -> int:
+    """Make the state dir the service user's: the whole tree the first time (an installation from before, whose
+    PostgreSQL files belonged to ``LAKE_PG_OS_USER``), then what root may have written since (not ``data/``)."""
+    state = settings.state_dir
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    first = state.stat().st_uid != switch.uid
+    return _chown_tree(state, switch.uid, switch.gid, skip=() if first else _SERVICE_ONLY)
+
+
+def run_as_service_user(settings: Settings) -> Switch:
+    """Called first thing by the ``lake`` command: become the service user (see the module docstring)."""
+    switch = plan(settings)
+    if switch.user is None:
+        if os.geteuid() == 0 and switch.reason != "LAKE_SERVICE_USER=root":
+            log.warning("lake: running as root: %s", switch.reason)
+        return switch
+    changed = adopt_state_dir(settings, switch)
+    if changed:
+        log.info("  gave %d file(s)/folder(s) under %s to OS user %s", changed, settings.state_dir, switch.user)
+    home = settings.state_dir / "home"  # the user has no home; tools that write ~/.something write here
+    home.mkdir(mode=0o700, exist_ok=True)
+    os.chown(home, switch.uid, switch.gid)
+    # Fixed before the switch: defaults computed from HOME would move after it.
+    os.environ.update({"HOME": str(home), "USER": switch.user, "LOGNAME": switch.user,
+                       "LAKE_STATE_DIR": str(settings.state_dir), "LAKE_CACHE_DIR": str(settings.cache_dir)})
+    try:
+        os.setgroups([])
+        os.setgid(switch.gid)
+        os.setuid(switch.uid)
+    except OSError as exc:
+        raise StackError(f"could not switch to OS user {switch.user} ({exc}); set LAKE_SERVICE_USER=root to "
+                         "run as root") from exc
+    return switch
