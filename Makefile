@@ -4,16 +4,22 @@ VENV ?= $(CURDIR)/.venv
 LAKE := $(VENV)/bin/lake
 PY := $(VENV)/bin/python
 
-.PHONY: help setup up down status demo test test-unit test-cluster lint clean
+.PHONY: help setup up down status demo test test-unit test-dags test-integration test-cluster lint clean
 
 help:
+	@echo "make help    this list"
 	@echo "make setup   install Python deps, JVM artifacts and MinIO (idempotent, cached)"
 	@echo "make up      start the local stack (PostgreSQL, MinIO, Kafka, Connect, metastore, Thrift, Spark Connect, Data Docs, Airflow)"
 	@echo "make down    stop the stack; leaves no process behind"
+	@echo "make status  the stack's services, programs and restarts (lake stack status)"
 	@echo "make demo    setup + up + the product tour: CDC + events in, 7 days of history, gold backfill via Airflow, summary"
 	@echo "make test    setup + unit and DAG tests, then up + integration tests against the real stack + down"
-	@echo "make test-cluster  the CDC, events and cluster tests on a Spark standalone cluster (own stack in .lake-cluster)"
+	@echo "make test-unit         unit and DAG tests (no services)"
+	@echo "make test-dags         DAG tests only (tests/dags)"
+	@echo "make test-integration  setup + up + integration tests against the real stack + down"
+	@echo "make test-cluster      the CDC, events and cluster tests on a Spark standalone cluster (own stack in .lake-cluster)"
 	@echo "make lint    ruff + mypy"
+	@echo "make clean   down, then delete the state dir (.lake)"
 
 setup:
 	@bash infra/setup.sh
@@ -37,15 +43,27 @@ lint:
 test-unit:
 	$(PY) -m pytest tests/unit tests/dags
 
+test-dags:
+	$(PY) -m pytest tests/dags
+
+# The integration part of `test`: up, the tests if it came up, down either way; rc is the first failure.
+INTEGRATION = $(LAKE) stack up || rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 tests/integration || rc=$$?; fi; \
+	$(LAKE) stack down || true
+
+test-integration: setup
+	@set -o pipefail; rc=0; \
+	$(INTEGRATION); \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \
+	exit $$rc
+
 # Full suite. Unit + DAG tests first, with no stack running (an idle stack's JVMs and Airflow made them
 # take 12 min instead of 6.5 on our 2 cores), then the integration tests against the real stack, which is
 # stopped afterwards either way. Both parts always run; either failing fails the target.
 test: setup
 	@set -o pipefail; unit=0; rc=0; \
 	$(PY) -m pytest -v --durations=15 tests/unit tests/dags || unit=$$?; \
-	$(LAKE) stack up || rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 tests/integration || rc=$$?; fi; \
-	$(LAKE) stack down || true; \
+	$(INTEGRATION); \
 	if [ $$rc -eq 0 ]; then rc=$$unit; fi; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \
 	exit $$rc

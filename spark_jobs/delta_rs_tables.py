@@ -81,17 +81,6 @@ class DriverTable:
     def refresh(self) -> None:
         self.table.update_incremental()
 
-    def reload_schema(self) -> None:
-        """Re-read the schema after another writer (Spark's ``ALTER TABLE ... ADD COLUMNS``) changed it."""
-        self.refresh()
-        self.arrow_schema = _arrow_schema(self.table)
-
-    def committed_version(self, app_id: str) -> int | None:
-        """Last batch id committed under ``<app_id>:<table>``, None if never."""
-        self.refresh()
-        version = self.table.transaction_version(f"{app_id}:{self.name}")
-        return None if version is None else int(version)
-
     def read(self, columns: list[str] | None = None, where: Any = None) -> pa.Table:
         """The current version as an Arrow table; ``where``: a ``pyarrow.compute`` expression rows must match."""
         import pyarrow as pa

@@ -69,9 +69,3 @@ def spark_extra_jars(settings: Settings) -> list[Path]:
     group = jar_group_dir(settings, "spark")
     names = select_extra_jars([p.name for p in group.iterdir()], provided)
     return [group / n for n in names]
-
-
-def postgres_jdbc_jar(settings: Settings) -> Path:
-    for jar in jar_group_dir(settings, "spark").glob("postgresql-*.jar"):
-        return jar
-    raise MissingArtifactError("PostgreSQL JDBC driver not in the jar cache; run `make setup`")

@@ -130,16 +130,6 @@ def cpu_snapshot(driver_pid: int, executors_of: str | None = None) -> dict[str, 
     return out
 
 
-def process_cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of ``pids`` (gone ones count 0)."""
-    total = 0
-    for pid in pids:
-        stat = _stat(Path(f"/proc/{pid}/stat"))
-        if stat is not None:
-            total += _ticks(stat[1])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_split(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]) -> dict[str, Any]:
     """CPU seconds per bucket between two :func:`cpu_snapshot`, and the driver's share of all of it.
 
@@ -164,5 +154,3 @@ def cpu_split(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, in
     return {"cpu_seconds": {k: round(v, 1) for k, v in seconds.items()}, "total_cpu_seconds": round(total, 1),
             "driver_share": round(driver / total, 3) if total else None,
             "driver_share_upper": round(upper / total, 3) if total else None}
-
-

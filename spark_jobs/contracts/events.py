@@ -201,11 +201,6 @@ def event_errors(doc: Any, received_at: datetime | None = None) -> list[tuple[st
     return found
 
 
-def validate_event(doc: Any, received_at: datetime | None = None) -> list[str]:
-    """Readable problems with ``doc`` (each names the field), most severe first; empty when it is a valid event."""
-    return [detail for _, detail in event_errors(doc, received_at)]
-
-
 def _as_utc(when: datetime) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
@@ -269,9 +264,3 @@ def check_record(value: bytes | None, kafka_timestamp: datetime) -> tuple[str, s
         return NOT_JSON, f"value is JSON but not an object (got {type(doc).__name__})"
     errors = event_errors(doc, kafka_timestamp)
     return errors[0] if errors else None
-
-
-def classify_record(value: bytes | None, kafka_timestamp: datetime) -> str | None:
-    """The reason code for one record value (None = valid); see :func:`check_record` for the detail."""
-    result = check_record(value, kafka_timestamp)
-    return None if result is None else result[0]

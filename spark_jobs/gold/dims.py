@@ -23,8 +23,6 @@ __all__ = ["CUSTOMER_TRACKED", "PRODUCT_TRACKED", "dim_customers", "dim_products
 CUSTOMER_TRACKED = ("email", "full_name", "country", "loyalty_tier")
 PRODUCT_TRACKED = ("sku", "name", "price", "active")
 
-_VERSION_COLUMNS = ("valid_from", "valid_to", "is_current", "is_deleted")
-
 
 def _same(a: Sequence[Column], b: Sequence[Column]) -> Column:
     out = F.lit(True)

@@ -89,11 +89,6 @@ class HistoryPlan:
                 out[ch.table][ch.kind] += 1
         return out
 
-    def final_rows(self) -> dict[str, int]:
-        """Rows each table holds in the seed's id range after the run (deleted customers are re-created)."""
-        c = self.counts()
-        return {t: v["insert"] - v["delete"] for t, v in c.items()}
-
     def event_counts(self) -> dict[str, int]:
         """Planned events by type (generates every day's events)."""
         return dict(Counter(e["event_type"] for day in self.events for e in day))

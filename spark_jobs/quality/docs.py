@@ -195,10 +195,5 @@ def served_url(settings: Settings, file_url: str) -> str:
     return f"http://{host}:{settings.dq_docs_port}/{urllib.parse.quote(rel.as_posix())}"
 
 
-def served_path(settings: Settings, url: str) -> Path:
-    """The file under :func:`data_docs_dir` that :func:`served_url`'s ``url`` serves."""
-    return data_docs_dir(settings) / urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
-
-
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "whole"

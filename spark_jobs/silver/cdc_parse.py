@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PARSE_COLUMNS", "Change", "Parsed", "Reject", "parse_batches", "parse_output_schema", "parse_records",
-    "row_schema", "sql_type_name", "toastable_of",
+    "row_schema", "sql_type_name",
 ]
 
 Position = tuple[int, int, int]
@@ -103,13 +103,6 @@ class Parsed:
 def row_schema(silver: pa.Schema) -> pa.Schema:
     """The row image part of a silver table's Arrow schema (its columns minus the metadata)."""
     return pa.schema([f for f in silver if f.name not in SILVER_METADATA_COLUMNS])
-
-
-def toastable_of(silver: pa.Schema, keys: Sequence[str]) -> list[str]:
-    """TOAST-able columns of a silver Arrow schema: its non-key string row columns."""
-    from spark_jobs.silver.cdc import toastable_columns_of
-
-    return toastable_columns_of([(f.name, pa.types.is_string(f.type)) for f in row_schema(silver)], keys)
 
 
 def _as_long(v: Any) -> int | None:
@@ -314,8 +307,6 @@ def changes_table(changes: Sequence[Change], silver: pa.Schema) -> pa.Table:
         else:
             arrays.append(pa.array(values, f.type))
     return pa.Table.from_arrays(arrays, schema=silver)
-
-
 
 
 #: Columns :func:`parse_batches` adds after the silver table's: the record's Kafka coordinates (the order of

@@ -15,7 +15,7 @@ import logging
 import time
 
 #: What a lake_gold_daily or lake_dq_streaming task imports before its first Spark call (found by diffing
-#: ``sys.modules`` around one task run; see tests/unit/test_airflow_preload.py).
+#: ``sys.modules`` around one task run; see tests/unit/test_stack_airflow_preload.py).
 MODULES = (
     "pyspark.sql.connect.session",
     "pyspark.sql.connect.functions",

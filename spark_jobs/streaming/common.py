@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,20 +203,22 @@ class Maintenance:
     default) stay, so time travel and readers of older versions keep working.
     """
 
-    def __init__(self, spark: SparkSession, settings: Settings, query: str, tables: Sequence[str]) -> None:
+    def __init__(self, spark: SparkSession, settings: Settings, query: str, tables: Sequence[str],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.spark = spark
         self.query = query
         self.tables = list(tables)
         self.interval = settings.stream_maintenance_minutes * 60
-        self.last = time.monotonic()
+        self.clock = clock  # seconds; tests pass their own to step through intervals
+        self.last = clock()
 
     def due(self) -> bool:
-        return self.interval > 0 and time.monotonic() - self.last >= self.interval
+        return self.interval > 0 and self.clock() - self.last >= self.interval
 
     def run_if_due(self) -> None:
         if not self.due():
             return
-        started = time.monotonic()
+        started = self.clock()
         for name in self.tables:
             try:
                 self.spark.sql(f"VACUUM {name} LITE")
@@ -226,6 +228,6 @@ class Maintenance:
                 log.warning("lake stream: %s: VACUUM %s LITE refused (DELTA_CANNOT_VACUUM_LITE: the log no longer "
                             "reaches the last vacuum); running VACUUM FULL once", self.query, name)
                 self.spark.sql(f"VACUUM {name} FULL")
-        self.last = time.monotonic()
+        self.last = self.clock()
         log.info("lake stream: %s: VACUUM LITE of %d table(s) took %.1f s", self.query, len(self.tables),
                  self.last - started)

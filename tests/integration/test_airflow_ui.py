@@ -25,9 +25,8 @@ from playwright.sync_api import Locator, Page, expect, sync_playwright
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 from spark_jobs.settings import REPO_ROOT, Settings
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import CHROMIUM, start_streaming, wait_stream, wait_until
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO_ROOT / ".lake" / "artifacts"
 UI_TIMEOUT_MS = 60_000
 RUNS_TIMEOUT_S = 15 * 60
@@ -62,25 +61,21 @@ def _screenshot(page: Page, name: str) -> Path:
 
 def _wait_no_active_backfill(client: AirflowClient) -> None:
     """Airflow allows one active backfill per DAG (the UI form refuses a second): wait for another test's."""
-    deadline = time.monotonic() + ACTIVE_BACKFILL_TIMEOUT_S
-    while True:
+    def active() -> list[dict[str, Any]]:
         doc = client._call("GET", f"/api/v2/backfills?dag_id={GOLD_DAG}&limit=100&order_by=-id")
-        active = [b for b in doc["backfills"] if not b.get("completed_at")]
-        if not active:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{GOLD_DAG} still has an active backfill after {ACTIVE_BACKFILL_TIMEOUT_S} s, "
-                                 f"so the UI cannot start another: {active}")
-        time.sleep(5)
+        return [b for b in doc["backfills"] if not b.get("completed_at")]
+
+    wait_until(lambda: not active(), f"{GOLD_DAG} to have no active backfill (the UI cannot start another)",
+               ACTIVE_BACKFILL_TIMEOUT_S, every=5, detail=active)
 
 
 def _wait_backfill_runs(client: AirflowClient, backfill_id: int, days: list[date]) -> dict[str, dict[str, Any]]:
     """Wait until backfill ``backfill_id`` completed; returns {day: run} for the runs whose interval starts on
     ``days``. A run counts only if it ended after the backfill was created (reprocessing reuses old run ids)."""
     want = {d.isoformat() for d in days}
-    deadline = time.monotonic() + RUNS_TIMEOUT_S
-    last = ""
-    while True:
+    seen = {"line": "", "completed_at": None}
+
+    def finished() -> dict[str, dict[str, Any]] | None:
         bf = client._call("GET", f"/api/v2/backfills/{backfill_id}")
         created = str(bf["created_at"])
         runs = {r["data_interval_start"][:10]: r for r in client.runs(GOLD_DAG, run_type="backfill")
@@ -88,16 +83,16 @@ def _wait_backfill_runs(client: AirflowClient, backfill_id: int, days: list[date
         fresh = {d: r for d, r in runs.items() if r.get("end_date") and _ts(r["end_date"]) >= _ts(created)}
         line = ", ".join(f"{d}={fresh[d]['state'] if d in fresh else runs.get(d, {}).get('state', 'missing')}"
                          for d in sorted(want))
-        if line != last:
+        if line != seen["line"]:
             print(f"  UI backfill {backfill_id}: {line}", flush=True)
-            last = line
+        seen.update(line=line, completed_at=bf.get("completed_at"))
         if bf.get("completed_at") and set(fresh) == want and all(r["state"] in ("success", "failed")
                                                                  for r in fresh.values()):
             return fresh
-        if time.monotonic() > deadline:
-            raise AssertionError(f"backfill {backfill_id} of {GOLD_DAG} (started in the UI) not finished after "
-                                 f"{RUNS_TIMEOUT_S} s: {line}; completed_at={bf.get('completed_at')}")
-        time.sleep(5)
+        return None
+
+    return wait_until(finished, f"backfill {backfill_id} of {GOLD_DAG} (started in the UI) to finish", RUNS_TIMEOUT_S,
+                      every=5, detail=lambda: f"{seen['line']}; completed_at={seen['completed_at']}")
 
 
 def _ts(value: str) -> datetime:
@@ -207,10 +202,8 @@ def _check_runs_in_ui(page: Page, settings: Settings, runs: dict[str, dict[str, 
 def lake_tables(stack: Settings) -> Settings:
     """The gold tasks read bronze/silver: the connector and the streaming app must have created them (this file
     runs first in a fresh state dir)."""
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
-    waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    start_streaming()
+    wait_stream(600)
     return stack
 
 

@@ -10,34 +10,38 @@ equal the source.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
-import psycopg2
 import pytest
 
 from spark_jobs import kafka_auth
 from spark_jobs.loadgen.cdc.runner import run as run_loadgen
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health, supervisor
-from tests.integration.conftest import run_lake, wait_and_verify_cdc
+from tests.integration.lakehelpers import (
+    kill_program,
+    lake_sql,
+    load_in_background,
+    run_lake,
+    running_info,
+    shop_cursor,
+    start_streaming,
+    wait_and_verify_cdc,
+    wait_running,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
 def cdc(stack: Settings) -> Iterator[Settings]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     yield stack
 
 
 def _silver_count(sql: str) -> int:
-    out = run_lake("sql", "-e", sql, "--format", "json").stdout.strip().splitlines()
-    return int(next(iter(json.loads(out[-1]).values())))
+    return int(next(iter(lake_sql(sql)[-1].values())))
 
 
 def test_initial_snapshot_reaches_silver(cdc: Settings) -> None:
@@ -53,40 +57,9 @@ def test_silver_equals_postgres_after_seeded_load(cdc: Settings, seed: int) -> N
     wait_and_verify_cdc()
 
 
-def _running_info(settings: Settings, program: str, timeout: float = 120) -> dict[str, Any]:
-    """``program``'s supervisor info once it is RUNNING (`lake stream start` returns while it is STARTING)."""
-    deadline = time.monotonic() + timeout
-    while (info := supervisor.program_info(settings, program) or {}).get("statename") == "STARTING" \
-            and time.monotonic() < deadline:
-        time.sleep(1)
-    assert info.get("statename") == "RUNNING", f"{program} not running: {info}"
-    return info
-
-
-def _kill(settings: Settings, program: str) -> int:
-    info = _running_info(settings, program)
-    pid = int(info["pid"])
-    # The whole process group: for the streaming app that is the Python driver
-    # and its Spark JVM, as when a machine dies.
-    os.killpg(os.getpgid(pid), signal.SIGKILL)
-    return pid
-
-
-def _wait_running(settings: Settings, program: str, old_pid: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = supervisor.program_info(settings, program) or {}
-        if info.get("statename") == "RUNNING" and info.get("pid") != old_pid:
-            return
-        if info.get("statename") in {"EXITED", "FATAL", "BACKOFF", "STOPPED"}:
-            supervisor.start_program(settings, program)
-        time.sleep(1)
-    raise AssertionError(f"{program} did not come back after SIGKILL")
-
-
 def test_a_second_driver_is_refused_naming_the_running_one(cdc: Settings) -> None:
     """`lake stream run` beside the supervised app: refused before Spark starts (one writer per checkpoint)."""
-    info = _running_info(cdc, "stream")
+    info = running_info(cdc, "stream")
     second = run_lake("stream", "run", check=False, timeout=120)
     assert second.returncode == 3, second.stdout[-2000:] + second.stderr[-2000:]
     assert f"pid {info['pid']}" in second.stderr and "supervised app" in second.stderr, second.stderr
@@ -95,33 +68,24 @@ def test_a_second_driver_is_refused_naming_the_running_one(cdc: Settings) -> Non
     assert (after.get("statename"), after.get("pid")) == ("RUNNING", info["pid"]), after
 
 
-def _load_in_background(settings: Settings, seed: int, seconds: float) -> threading.Thread:
-    thread = threading.Thread(target=run_loadgen, kwargs={"settings": settings, "rate": 300, "duration": seconds,
-                                                          "seed": seed}, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_streaming_driver_sigkilled_during_load(cdc: Settings) -> None:
     rng = random.Random(7)
-    load = _load_in_background(cdc, seed=44, seconds=60)
+    load = load_in_background(cdc, seed=44, seconds=60)
     for _ in range(3):
         time.sleep(rng.uniform(8, 20))
-        pid = _kill(cdc, "stream")
-        _wait_running(cdc, "stream", pid)
+        pid = kill_program(cdc, "stream")
+        wait_running(cdc, "stream", pid)
     load.join()
     wait_and_verify_cdc()
 
 
 def test_connect_worker_sigkilled_during_load(cdc: Settings) -> None:
-    load = _load_in_background(cdc, seed=55, seconds=40)
+    load = load_in_background(cdc, seed=55, seconds=40)
     time.sleep(random.Random(8).uniform(5, 15))
-    pid = _kill(cdc, "connect")
-    _wait_running(cdc, "connect", pid)
-    deadline = time.monotonic() + 180
-    while not health.connect(cdc)[0]:  # the process runs before its REST API answers
-        assert time.monotonic() < deadline, "Connect REST did not come back after SIGKILL"
-        time.sleep(2)
+    pid = kill_program(cdc, "connect")
+    wait_running(cdc, "connect", pid)
+    # the process runs before its REST API answers
+    wait_until(lambda: health.connect(cdc)[0], "Connect REST to come back after SIGKILL", 180, every=2)
     run_lake("connectors", "apply")  # waits until the task runs again
     load.join()
     wait_and_verify_cdc()
@@ -135,25 +99,22 @@ def test_malformed_record_is_quarantined_and_the_app_keeps_applying(cdc: Setting
     producer.produce("shop.public.customers", key=b'{"payload": {"customer_id": 1}}', value=marker)
     producer.produce("shop.public.customers", key=b"k", value=b'{"payload": {"op": "u"}}')
     producer.flush(10)
-    with psycopg2.connect(cdc.pg_dsn(cdc.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(cdc) as cur:
         cur.execute("UPDATE customers SET loyalty_tier = 'quarantine-test' WHERE customer_id = "
                     "(SELECT min(customer_id) FROM customers)")
-    conn.close()
     wait_and_verify_cdc()
-    rows = run_lake("sql", "-e", "SELECT error, topic, offset FROM quarantine.cdc "
-                    f"WHERE value = X'{marker.hex()}'", "--format", "json").stdout.strip().splitlines()
+    rows = lake_sql(f"SELECT error, topic, offset FROM quarantine.cdc WHERE value = X'{marker.hex()}'")
     assert len(rows) == 1, rows
-    row = json.loads(rows[0])
+    row = rows[0]
     assert row["topic"] == "shop.public.customers" and row["offset"] >= 0
     assert row["error"]
 
 
 def test_added_column_flows_into_silver(cdc: Settings) -> None:
-    with psycopg2.connect(cdc.pg_dsn(cdc.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(cdc) as cur:
         cur.execute("ALTER TABLE customers ADD COLUMN IF NOT EXISTS nickname text")
         cur.execute("UPDATE customers SET nickname = 'Nick ' || customer_id WHERE customer_id IN "
                     "(SELECT customer_id FROM customers ORDER BY customer_id LIMIT 5)")
-    conn.close()
     run_loadgen(cdc, rate=300, duration=3, seed=66)
     wait_and_verify_cdc()  # verify compares every PostgreSQL column, nickname included
     assert _silver_count("SELECT count(*) FROM silver.customers WHERE nickname LIKE 'Nick %'") == 5
@@ -168,17 +129,14 @@ def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: S
     from spark_jobs.delta_rs_tables import storage_options, table_uri
     from spark_jobs.session import connect_session
 
-    with psycopg2.connect(cdc.pg_dsn(cdc.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(cdc) as cur:
         cur.execute("UPDATE customers SET loyalty_tier = 'delta-history' WHERE customer_id = "
                     "(SELECT max(customer_id) FROM customers)")
-    conn.close()
     wait_and_verify_cdc()
-    history = [json.loads(line) for line in run_lake(
-        "sql", "-e", "DESCRIBE HISTORY silver.customers", "--format", "json").stdout.strip().splitlines()]
+    history = lake_sql("DESCRIBE HISTORY silver.customers")
     merges = [h for h in history if h["operation"] == "MERGE"]
     assert merges, history[:5]
-    properties = run_lake("sql", "-e", "SHOW TBLPROPERTIES silver.customers", "--format", "json").stdout
-    props = {json.loads(line)["key"]: json.loads(line)["value"] for line in properties.strip().splitlines()}
+    props = {row["key"]: row["value"] for row in lake_sql("SHOW TBLPROPERTIES silver.customers")}
     assert props.get("delta.enableDeletionVectors") == "true", props
     assert props.get("delta.enableChangeDataFeed") == "true", props
     newest = max(int(h["version"]) for h in merges)
@@ -239,10 +197,9 @@ def test_poison_records_are_quarantined_and_the_stream_keeps_running(cdc: Settin
     after = supervisor.program_info(cdc, "stream") or {}
     assert after.get("statename") == "RUNNING" and after.get("pid") == before.get("pid"), (before, after)
     wanted = " OR ".join(f"(partition = {p} AND offset = {o})" for p, o in offsets)
-    rows = run_lake("sql", "-e", "SELECT partition, offset, error FROM quarantine.cdc WHERE "
-                    f"topic = 'shop.public.customers' AND ({wanted})", "--format", "json").stdout
-    errors = {(json.loads(line)["partition"], json.loads(line)["offset"]): json.loads(line)["error"]
-              for line in rows.strip().splitlines()}
+    rows = lake_sql("SELECT partition, offset, error FROM quarantine.cdc WHERE "
+                    f"topic = 'shop.public.customers' AND ({wanted})")
+    errors = {(row["partition"], row["offset"]): row["error"] for row in rows}
     assert set(errors) == set(offsets), rows
     assert "nested too deeply" in errors[offsets[0]]
     assert "'we`ird'" in errors[offsets[1]] and "rename the column" in errors[offsets[1]]

@@ -7,22 +7,30 @@ runs this module with the CDC and events tests, unchanged.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-import psycopg2
 import pytest
 
-from spark_jobs.loadgen.cdc.runner import run as run_loadgen
-from spark_jobs.proc_cpu import cluster_executors, process_cpu_seconds
+from spark_jobs.proc_cpu import cluster_executors
 from spark_jobs.settings import Settings, load_settings
-from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, wait_and_verify_cdc, write_history
+from tests.integration.lakehelpers import (
+    SALES_SQL,
+    gold_backfill,
+    lake_sql,
+    load_in_background,
+    process_cpu_seconds,
+    shop_cursor,
+    start_streaming,
+    wait_and_verify_cdc,
+    wait_until,
+    write_history,
+)
 
 pytestmark = pytest.mark.skipif(load_settings().spark_cluster_workers == 0,
                                 reason="no Spark cluster in this stack (make test-cluster runs one)")
@@ -30,8 +38,7 @@ pytestmark = pytest.mark.skipif(load_settings().spark_cluster_workers == 0,
 
 @pytest.fixture(scope="module")
 def cluster(stack: Settings) -> Iterator[Settings]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     yield stack
 
 
@@ -42,15 +49,13 @@ def _master_state(settings: Settings) -> dict:  # type: ignore[type-arg]
     return state
 
 
-def _app(settings: Settings, name: str, timeout: float = 300) -> dict:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout
-    while True:
+def _app(settings: Settings, name: str, timeout: float = 300) -> dict[str, Any]:
+    def running() -> dict[str, Any] | None:
         apps = {a["name"]: a for a in _master_state(settings).get("activeapps", [])}
-        if name in apps and int(apps[name].get("cores", 0)) > 0:
-            app: dict = apps[name]  # type: ignore[type-arg]
-            return app
-        assert time.monotonic() < deadline, f"{name} not running on the cluster: {sorted(apps)}"
-        time.sleep(2)
+        return apps[name] if name in apps and int(apps[name].get("cores", 0)) > 0 else None
+
+    return wait_until(running, f"{name} to run on the cluster", timeout, every=2,
+                      detail=lambda: f"active apps {sorted(a['name'] for a in _master_state(settings).get('activeapps', []))}")
 
 
 def test_apps_run_their_tasks_on_the_cluster(cluster: Settings) -> None:
@@ -64,9 +69,7 @@ def test_apps_run_their_tasks_on_the_cluster(cluster: Settings) -> None:
 
 def test_executor_sigkilled_during_load_loses_nothing(cluster: Settings) -> None:
     app = _app(cluster, "lake-stream")
-    load = threading.Thread(target=run_loadgen, kwargs={"settings": cluster, "rate": 300, "duration": 40,
-                                                        "seed": 91}, daemon=True)
-    load.start()
+    load = load_in_background(cluster, seed=91, seconds=40)
     time.sleep(random.Random(91).uniform(8, 15))
     pids = cluster_executors(app["id"])
     assert pids, f"no executor of {app['id']} to kill"
@@ -96,14 +99,11 @@ def test_gold_backfill_runs_on_the_cluster_and_equals_postgres(cluster: Settings
     print(f"  gold backfill of {len(days)} days: {used:.1f} CPU s on the cluster's executors of lake-spark-connect")
 
     start = datetime(days[0].year, days[0].month, days[0].day, tzinfo=UTC)
-    with psycopg2.connect(cluster.pg_dsn(cluster.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(cluster) as cur:
         cur.execute(SALES_SQL, (start, start + timedelta(days=len(days))))
         expected = {(str(r[0]), r[1].strip()): (int(r[2]), r[4]) for r in cur.fetchall()}
-    conn.close()
-    out = run_lake("sql", "-e", f"SELECT order_date, currency, orders, revenue FROM gold.fct_daily_sales "
-                   f"WHERE order_date >= DATE'{days[0]}' AND order_date <= DATE'{days[-1]}'", "--format", "json",
-                   timeout=900).stdout
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    rows = lake_sql(f"SELECT order_date, currency, orders, revenue FROM gold.fct_daily_sales "
+                    f"WHERE order_date >= DATE'{days[0]}' AND order_date <= DATE'{days[-1]}'", timeout=900)
     got = {(str(r["order_date"]), r["currency"].strip()): (int(r["orders"]), r["revenue"]) for r in rows}
     assert expected and set(got) == set(expected), (sorted(got), sorted(expected))
     for key, (orders, revenue) in expected.items():

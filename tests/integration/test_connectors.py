@@ -10,7 +10,7 @@ from spark_jobs import kafka_auth
 from spark_jobs.connectors import apply, connector_status
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import run_lake, shop_cursor
 
 
 def _snapshot_events(stack: Settings, topic: str, want: int, timeout: float = 120) -> list[dict[str, Any]]:
@@ -79,11 +79,10 @@ _PG_TO_SPARK = {"bigint": "bigint", "integer": "int", "text": "string", "charact
 def test_shop_schema_in_postgres_matches_the_contracts(stack: Settings) -> None:
     """Every contract column exists in PostgreSQL with the type the contract maps it to, and the keys are the
     primary keys (PostgreSQL may have more columns: added ones flow into silver on their own)."""
-    import psycopg2
 
     from spark_jobs.contracts.shop import CDC_TABLES
 
-    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(stack) as cur:
         cur.execute("SELECT table_name, column_name, data_type, numeric_precision, numeric_scale "
                     "FROM information_schema.columns WHERE table_schema = 'public'")
         columns: dict[str, dict[str, str]] = {}
@@ -97,7 +96,6 @@ def test_shop_schema_in_postgres_matches_the_contracts(stack: Settings) -> None:
         keys: dict[str, list[str]] = {}
         for table, column in cur.fetchall():
             keys.setdefault(table, []).append(column)
-    conn.close()
     problems = []
     for contract in CDC_TABLES.values():
         have = columns.get(contract.table, {})

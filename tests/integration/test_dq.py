@@ -43,7 +43,7 @@ import pytest
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient, AirflowError
 from spark_jobs.settings import Settings
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import CHROMIUM, run_lake, shop_cursor, start_streaming, wait_stream, wait_until
 
 DQ_DAG = "lake_dq_streaming"
 #: The day of this test's orders: far from the last 7 days (test_gold, demo) and 18..20 days ago (test_airflow_ui).
@@ -53,17 +53,15 @@ CLEAN_ORDERS = (9_100_001, 9_100_002)
 BAD_ORDER = 9_100_003
 ORDER_IDS = (*CLEAN_ORDERS, BAD_ORDER)
 RUN_TIMEOUT_S = 1800.0
-CHROMIUM = "/usr/bin/chromium"
 
 
 def _day(settings: Settings) -> date:
     """The day of an earlier run's rows if they are still far enough back, else ``DAY_OFFSET`` days ago."""
     today = datetime.now(UTC).date()
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(settings) as cur:
         cur.execute("SELECT min((placed_at AT TIME ZONE 'UTC')::date) FROM orders WHERE order_id BETWEEN %s AND %s",
                     (ORDER_IDS[0], ORDER_IDS[-1]))
         row = cur.fetchone()
-    conn.close()
     earlier: date | None = row[0] if row else None
     if earlier is not None and today - timedelta(days=DAY_OFFSET + 5) <= earlier <= today - timedelta(days=25):
         return earlier
@@ -96,7 +94,7 @@ def half_even_amount(items: list[tuple[int, int, Decimal, Decimal | None]]) -> D
 def ensure_shop_rows(settings: Settings, day: date) -> None:
     """Insert the customer and orders of ``day`` unless they are there already (a re-run makes no CDC change)."""
     rows = _lines(day)
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(settings) as cur:
         cur.execute("SELECT order_id, (placed_at AT TIME ZONE 'UTC')::date FROM orders "
                     "WHERE order_id BETWEEN %s AND %s", (CUSTOMER_ID, CUSTOMER_ID + 99))
         present = dict(cur.fetchall())
@@ -118,13 +116,12 @@ def ensure_shop_rows(settings: Settings, day: date) -> None:
                 cur.execute("INSERT INTO order_items (order_id, line_no, product_id, quantity, unit_price, discount) "
                             "VALUES (%s, %s, %s, %s, %s, %s)", (order_id, line_no, product_id, quantity, price,
                                                                  discount))
-    conn.close()
 
 
 def postgres_orders(settings: Settings, day: date) -> dict[int, tuple[Decimal, Decimal]]:
     """PostgreSQL's orders placed on ``day`` (UTC): order_id -> (total, half-even sum of its lines), as of now."""
     start = _at(day, 0, 0)
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(settings) as cur:
         cur.execute("SELECT o.order_id, o.total, i.product_id, i.quantity, i.unit_price, i.discount FROM orders o "
                     "LEFT JOIN order_items i USING (order_id) WHERE o.placed_at >= %s AND o.placed_at < %s",
                     (start, start + timedelta(days=1)))
@@ -133,7 +130,6 @@ def postgres_orders(settings: Settings, day: date) -> dict[int, tuple[Decimal, D
             entry = got.setdefault(int(order_id), (Decimal(total), []))
             if product_id is not None:
                 entry[1].append((product_id, quantity, Decimal(price), None if discount is None else Decimal(discount)))
-    conn.close()
     return {k: (total, half_even_amount(items)) for k, (total, items) in got.items()}
 
 
@@ -151,21 +147,21 @@ def run_state(client: AirflowClient, dag_id: str, run_id: str) -> str:
 
 def wait_run(client: AirflowClient, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT_S,
              while_waiting: Any = None) -> str:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
+    last = [""]
+
+    def finished() -> str | None:
         state = run_state(client, dag_id, run_id)
-        if state != last:
+        if state != last[0]:
             print(f"  {dag_id} {run_id}: {state}", flush=True)
-            last = state
+            last[0] = state
         if state in ("success", "failed"):
             return state
         if while_waiting is not None:
             while_waiting()
-        if time.monotonic() > deadline:
-            tis = {t["task_id"]: t["state"] for t in client.task_instances(dag_id, run_id)}
-            raise AssertionError(f"{dag_id} run {run_id} not finished after {timeout:.0f} s: {state}, tasks {tis}")
-        time.sleep(5)
+        return None
+
+    return wait_until(finished, f"{dag_id} run {run_id} to finish", timeout, every=5,
+                      detail=lambda: f"{last[0]}, tasks {task_states(client, dag_id, run_id)}")
 
 
 def task_states(client: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
@@ -208,16 +204,16 @@ def dq_streaming_unpaused(client: AirflowClient, run_id: str, *, new_run: bool =
 def wait_task(client: AirflowClient, dag_id: str, run_id: str, task_id: str, done: tuple[str, ...],
               timeout: float = RUN_TIMEOUT_S, while_waiting: Any = None) -> str:
     """Wait until ``task_id`` of the run is in one of ``done``; returns that state."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached() -> str | None:
         state = task_states(client, dag_id, run_id).get(task_id, "")
         if state in done:
             return state
         if while_waiting is not None:
             while_waiting()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{dag_id} {run_id} task {task_id} still {state!r} after {timeout:.0f} s")
-        time.sleep(5)
+        return None
+
+    return wait_until(reached, f"{dag_id} {run_id} task {task_id} to be one of {done}", timeout, every=5,
+                      detail=lambda: f"still {task_states(client, dag_id, run_id).get(task_id, '')!r}")
 
 
 # ------------------------------------------------------------------------------------------- fixtures
@@ -244,19 +240,16 @@ def spark(stack: Settings) -> Any:
 
 @pytest.fixture(scope="module")
 def state(stack: Settings) -> Iterator[DqState]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     day = _day(stack)
     ensure_shop_rows(stack, day)
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
     yield DqState(day=day)
     # The bad order breaks the shop's own rule (total = half-even items) on purpose: take this module's rows out
     # of PostgreSQL again, so later tests that check the shop's invariants over all orders see a clean shop.
-    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(stack) as cur:
         cur.execute("DELETE FROM orders WHERE order_id BETWEEN %s AND %s", (CUSTOMER_ID, CUSTOMER_ID + 99))
         cur.execute("DELETE FROM customers WHERE customer_id BETWEEN %s AND %s", (CUSTOMER_ID, CUSTOMER_ID + 99))
-    conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -458,7 +451,7 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
     ids = ", ".join(str(i) for i in ORDER_IDS)
     assert _rows(spark, f"SELECT count(*) AS n FROM silver.orders WHERE order_id IN ({ids})")[0]["n"] == len(ORDER_IDS)
     _load_orphan_order(stack, state.day - timedelta(days=1))
-    _wait_stream()
+    wait_stream(900)
     client = AirflowClient(stack)
     run_id = f"manual__dqtest_{uuid.uuid4().hex[:8]}"
     with dq_streaming_unpaused(client, run_id) as drop_scheduled_queued:
@@ -543,28 +536,22 @@ def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Se
     run_id = state.dq_run
     assert task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed"
     day = state.day - timedelta(days=1)
-    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(stack) as cur:
         cur.execute("INSERT INTO customers (customer_id, email, full_name, country, loyalty_tier, created_at, "
                     "updated_at) VALUES (%s, %s, 'Late Arrival', 'DE', 'bronze', %s, %s)",
                     (ORPHAN_CUSTOMER, f"dq-test-{ORPHAN_CUSTOMER}@example.com", _at(day, 9, 0), _at(day, 9, 0)))
-    conn.close()
-    _wait_stream()
+    wait_stream(900)
     with dq_streaming_unpaused(client, run_id, new_run=False) as drop_scheduled_queued:
         cleared = client._call("POST", f"/api/v2/dags/{DQ_DAG}/clearTaskInstances", {
             "dry_run": False, "dag_run_id": run_id, "task_ids": ["silver__orders"], "only_failed": True,
             "reset_dag_runs": True})
         assert [t["task_id"] for t in cleared["task_instances"]] == ["silver__orders"], cleared
-        deadline = time.monotonic() + 120  # the clear resets the task; wait until it is no longer "failed"
-        while task_states(client, DQ_DAG, run_id).get("silver__orders") == "failed" and time.monotonic() < deadline:
-            time.sleep(2)
+        # the clear resets the task; wait until it is no longer "failed"
+        wait_until(lambda: task_states(client, DQ_DAG, run_id).get("silver__orders") != "failed",
+                   "the cleared silver__orders task to leave 'failed'", 120, every=2)
         assert wait_task(client, DQ_DAG, run_id, "silver__orders", ("success", "failed"),
                          while_waiting=drop_scheduled_queued) == "success", \
             client.task_log(DQ_DAG, run_id, "silver__orders")[-3000:]
-
-
-def _wait_stream() -> None:
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------------------------- 4. in a browser

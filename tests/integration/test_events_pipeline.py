@@ -22,7 +22,7 @@ import pytest
 
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack import health, supervisor
-from tests.integration.conftest import LAKE, kill_program, run_lake, wait_running
+from tests.integration.lakehelpers import LAKE, kill_program, lake_sql, run_lake, wait_running, wait_stream, wait_until
 
 LOAD = ("--late", "0.05", "--dup", "0.05", "--bad", "0.04")
 
@@ -52,8 +52,7 @@ def _finish(proc: subprocess.Popen[str]) -> None:
 
 
 def _reconcile(settings: Settings, name: str) -> dict[str, object]:
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
     proc = run_lake("reconcile", "events", "--manifest", str(_manifest(settings, name)), "--all-windows", "--json",
                     check=False, timeout=900)
     report: dict[str, object] = json.loads(proc.stdout)
@@ -80,10 +79,9 @@ def test_seeded_run_reconciles_exactly(events: Settings) -> None:
 
 
 def test_bad_records_land_in_quarantine_with_reason_and_coordinates(events: Settings) -> None:
-    out = run_lake("sql", "-e", "SELECT reason, count(*) AS n, min(offset) AS first_offset, "
-                   "max(length(value)) AS longest FROM quarantine.events GROUP BY reason ORDER BY reason",
-                   "--format", "json").stdout.strip().splitlines()
-    rows = {json.loads(line)["reason"]: json.loads(line) for line in out}
+    rows = {row["reason"]: row for row in lake_sql(
+        "SELECT reason, count(*) AS n, min(offset) AS first_offset, "
+        "max(length(value)) AS longest FROM quarantine.events GROUP BY reason ORDER BY reason")}
     assert {"not_json", "wrong_type", "missing_field", "oversized"} <= set(rows), rows
     assert all(r["n"] > 0 and r["first_offset"] >= 0 for r in rows.values())
     from spark_jobs.contracts.events import MAX_EVENT_BYTES
@@ -137,10 +135,7 @@ def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
     supervisor.stop_program(events, "kafka")
     time.sleep(5)
     supervisor.start_program(events, "kafka")
-    deadline = time.monotonic() + 180
-    while not health.kafka(events)[0]:
-        assert time.monotonic() < deadline, "Kafka did not come back after the restart"
-        time.sleep(2)
+    wait_until(lambda: health.kafka(events)[0], "Kafka to come back after the restart", 180, every=2)
     _finish(load)
     info = supervisor.program_info(events, "stream") or {}
     if info.get("statename") != "RUNNING":  # the app may have exited while the broker was away

@@ -21,13 +21,12 @@ import signal
 import time
 from collections.abc import Iterator
 
-import psycopg2
 import pytest
 
 from spark_jobs import connectors
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import health, supervisor
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import run_lake, shop_cursor, wait_until
 
 BOGUS = "lake-test-failed-task"
 BOGUS_SLOT = "lake_test_failed_task"
@@ -67,10 +66,9 @@ def test_a_killed_connect_worker_is_restarted_and_counted(base: Settings) -> Non
 
 
 def _drop_slot(settings: Settings) -> None:
-    with psycopg2.connect(settings.pg_dsn(settings.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(settings) as cur:
         cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                     "WHERE slot_name = %s AND NOT active", (BOGUS_SLOT,))
-    conn.close()
 
 
 def _tasks(settings: Settings) -> list[dict[str, object]]:
@@ -92,10 +90,8 @@ def test_a_failed_connector_task_makes_connect_down(base: Settings) -> None:
               "snapshot.mode": "no_data"}
     connectors._request(base, "PUT", f"/connectors/{BOGUS}/config", config)
     try:
-        deadline = time.monotonic() + 120
-        while not any(t.get("state") == "FAILED" for t in _tasks(base)):
-            assert time.monotonic() < deadline, _tasks(base)
-            time.sleep(2)
+        wait_until(lambda: any(t.get("state") == "FAILED" for t in _tasks(base)),
+                   f"a FAILED task of {BOGUS}", 120, every=2)
         code, report, text = _status()
         assert code == 1 and report["ok"] is False
         assert report["services"]["connect"]["healthy"] is False  # type: ignore[index]
@@ -105,10 +101,7 @@ def test_a_failed_connector_task_makes_connect_down(base: Settings) -> None:
     finally:
         connectors._request(base, "DELETE", f"/connectors/{BOGUS}")
         _drop_slot(base)
-    deadline = time.monotonic() + 60
-    while not health.connect_with_tasks(base)[0]:
-        assert time.monotonic() < deadline, health.connect_with_tasks(base)
-        time.sleep(1)
+    wait_until(lambda: health.connect_with_tasks(base)[0], "Connect healthy again", 60)
 
 
 def test_connectors_status_shows_the_slot_and_warns_when_it_can_fall_behind_little(base: Settings) -> None:

@@ -7,28 +7,27 @@ beeline (Thrift/JDBC) read the gold tables.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import psycopg2
 import pytest
 
-from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import Settings
-from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
-from tests.integration.conftest import SALES_SQL, gold_backfill, run_lake, write_history
+from tests.integration.lakehelpers import (
+    SALES_SQL,
+    beeline,
+    gold_backfill,
+    lake_sql,
+    shop_cursor,
+    start_streaming,
+    wait_stream,
+    write_history,
+)
 
 DAYS = 7
 FACTS = {"fct_orders": "order_date", "fct_daily_sales": "order_date", "fct_daily_funnel": "event_date"}
-
-
-def _lake_sql(query: str) -> list[dict[str, Any]]:
-    out = run_lake("sql", "-e", query, "--format", "json", timeout=900).stdout
-    return [json.loads(line) for line in out.strip().splitlines() if line.startswith("{")]
 
 
 _SESSION: list[Any] = []
@@ -73,11 +72,9 @@ def _versions() -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def gold(stack: Settings) -> Iterator[Settings]:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     write_history(DAYS, orders_per_day=120, events_per_day=1500, seeds=range(101, 130))
-    waited = run_lake("stream", "wait", "--timeout", "900", check=False, timeout=960)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    wait_stream(900)
     states = gold_backfill(stack, _days(), "completed")
     assert set(states.values()) == {"success"}, states
     yield stack
@@ -87,11 +84,10 @@ def test_daily_sales_equal_postgres_for_every_day(gold: Settings) -> None:
     days = _days()
     start = datetime(days[0].year, days[0].month, days[0].day, tzinfo=UTC)
     end = start + timedelta(days=DAYS)
-    with psycopg2.connect(gold.pg_dsn(gold.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(gold) as cur:
         cur.execute(SALES_SQL, (start, end))
         cols = [d[0] for d in cur.description or []]
         expected = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-    conn.close()
     after_last = days[-1] + timedelta(days=1)
     got = _sql(f"SELECT * FROM gold.fct_daily_sales WHERE order_date >= DATE'{days[0]}' "
                f"AND order_date < DATE'{after_last}' ORDER BY order_date, currency")
@@ -107,12 +103,11 @@ def test_daily_sales_equal_postgres_for_every_day(gold: Settings) -> None:
 
 def test_fct_orders_hold_exactly_postgres_orders_of_each_day(gold: Settings) -> None:
     days = _days()
-    with psycopg2.connect(gold.pg_dsn(gold.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(gold) as cur:
         cur.execute("SELECT (placed_at AT TIME ZONE 'UTC')::date, array_agg(order_id ORDER BY order_id) FROM orders "
                     "WHERE placed_at >= %s AND placed_at < %s GROUP BY 1",
                     (days[0], days[-1] + timedelta(days=1)))
         expected = {str(d): list(ids) for d, ids in cur.fetchall()}
-    conn.close()
     rows = _sql(f"SELECT order_date, order_id FROM gold.fct_orders WHERE order_date >= DATE'{days[0]}' AND order_date < "
                 f"DATE'{days[-1] + timedelta(days=1)}'")
     got: dict[str, list[int]] = {}
@@ -149,14 +144,10 @@ def test_reprocessing_backfill_rewrites_identical_rows(gold: Settings) -> None:
 
 def test_gold_is_readable_over_jdbc_and_lake_sql(gold: Settings) -> None:
     day = _days()[-1]
-    via_sql = _lake_sql(f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'")
+    via_sql = lake_sql(f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'")
     assert int(via_sql[0]["c"]) > 0
-    beeline = subprocess.run(
-        [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{gold.host}:{gold.thrift_port}/default",
-         "-n", THRIFT_USER, "-w", str(thrift_password_path(gold)), "--outputformat=csv2", "-e",
-         f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'"],
-        capture_output=True, text=True, timeout=300, check=False)
-    assert beeline.returncode == 0, beeline.stderr[-2000:]
-    assert beeline.stdout.split()[-2:] == ["c", str(via_sql[0]["c"])], beeline.stdout
+    jdbc = beeline(gold, f"SELECT count(*) AS c FROM gold.fct_orders WHERE order_date = DATE'{day}'")
+    assert jdbc.returncode == 0, jdbc.stderr[-2000:]
+    assert jdbc.stdout.split()[-2:] == ["c", str(via_sql[0]["c"])], jdbc.stdout
     current = _sql("SELECT count(*) AS c FROM gold.dim_customers WHERE is_current")
     assert int(current[0]["c"]) > 0

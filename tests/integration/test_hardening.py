@@ -26,7 +26,7 @@ import pytest
 
 from spark_jobs.settings import PORT_NAMES, SECRET_NAMES, Settings, env_name
 from spark_jobs.stack import supervisor
-from tests.integration.conftest import LAKE, run_lake
+from tests.integration.lakehelpers import LAKE, start_streaming, wait_until
 
 #: pyspark's py4j gateway (in the driver's JVM) and callback server (in the Python driver) listen on
 #: 127.0.0.1 with a random port, authenticated by a per-process secret; Spark 4.1 hard-codes the address
@@ -99,20 +99,10 @@ def _allowed(settings: Settings, listener: Listener, ports: set[int]) -> bool:
     return False
 
 
-def _wait_for(what: str, check: object, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def streaming(stack: Settings) -> Iterator[Settings]:
     """The stack with the streaming app running its queries (their listeners and command lines count)."""
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
+    start_streaming()
     log = supervisor.log_path(stack, "stream")
 
     def queries_running() -> bool:
@@ -122,7 +112,7 @@ def streaming(stack: Settings) -> Iterator[Settings]:
         return info.get("statename") == "RUNNING" and text.count("lake stream: query ") >= len(
             stack.stream_query_list)
 
-    _wait_for(f"the stream's queries to run (log {log})", queries_running, timeout=300)
+    wait_until(queries_running, f"the stream's queries to run (log {log})", 300, every=2)
     yield stack
 
 

@@ -15,12 +15,12 @@ import pytest
 from spark_jobs.settings import Settings
 from spark_jobs.stack.manager import _port_in_use
 from spark_jobs.stack.services import services
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import lake_sql, run_lake
 
 
 @pytest.mark.runs_last
 def test_down_leaves_no_process_and_up_restores_the_lake(stack: Settings) -> None:
-    before = json.loads(run_lake("sql", "-e", "SELECT count(*) AS c FROM ops.smoke", "--format", "json").stdout)
+    before = lake_sql("SELECT count(*) AS c FROM ops.smoke")[0]
     assert before["c"] > 0
 
     run_lake("stack", "down", timeout=300)
@@ -38,5 +38,5 @@ def test_down_leaves_no_process_and_up_restores_the_lake(stack: Settings) -> Non
     assert all(s["pid"] is None and s["healthy"] is False for s in status["services"].values())
 
     run_lake("stack", "up", timeout=900)
-    after = json.loads(run_lake("sql", "-e", "SELECT count(*) AS c FROM ops.smoke", "--format", "json").stdout)
+    after = lake_sql("SELECT count(*) AS c FROM ops.smoke")[0]
     assert after == before

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 
 import psycopg2
@@ -32,13 +31,6 @@ MAX_CHANGES = 3000
 
 def _copy(state: ShopState) -> ShopState:
     return copy.deepcopy(state)
-
-
-@pytest.fixture
-def shop(stack: Settings) -> Iterator[psycopg2.extensions.connection]:
-    conn = psycopg2.connect(stack.pg_dsn(stack.pg_shop_db))
-    yield conn
-    conn.close()
 
 
 def _stats(conn) -> dict[str, tuple[int, int, int]]:

@@ -21,7 +21,7 @@ from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import check_record, parse_event_time
 from spark_jobs.loadgen.events import BAD_KINDS, LATE_SPLIT_S, event_ids_digest
 from spark_jobs.settings import Settings, load_settings
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import run_lake
 
 ARGS = ("--rate", "2000", "--duration", "5", "--seed", "7", "--late", "0.05", "--dup", "0.05", "--bad", "0.04")
 

@@ -7,7 +7,7 @@ client reported an error.
 
 from __future__ import annotations
 
-import time
+import functools
 import uuid
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
 from spark_jobs.settings import Settings
+from tests.integration.lakehelpers import beeline, wait_until
 
 CDC_TOPIC = "shop.public.orders"
 
@@ -52,15 +53,16 @@ def topics(stack: Settings) -> Settings:
     from spark_jobs.connectors import apply
 
     apply(stack)
+
+    def present(topic: str) -> bool:
+        try:
+            _end_offsets(stack, topic)
+        except (AssertionError, KeyError):
+            return False
+        return True
+
     for topic in (CDC_TOPIC, EVENTS_TOPIC):
-        for _ in range(60):
-            try:
-                _end_offsets(stack, topic)
-                break
-            except (AssertionError, KeyError):
-                time.sleep(2)
-        else:
-            pytest.fail(f"topic {topic} did not appear at {stack.kafka_bootstrap}")
+        wait_until(functools.partial(present, topic), f"topic {topic} at {stack.kafka_bootstrap}", 120, every=2)
     return stack
 
 
@@ -147,21 +149,13 @@ def test_connect_rest_refuses_a_caller_without_the_password(stack: Settings, cre
 
 @pytest.mark.parametrize(("user", "password"), [("lake", "wrong"), ("lake", ""), ("nobody", "the real one")])
 def test_the_thrift_server_refuses_a_wrong_login(stack: Settings, user: str, password: str, tmp_path: Any) -> None:
-    import subprocess
-
-    from spark_jobs.jars import pyspark_home
     from spark_jobs.stack.configs import thrift_password_path
-
-    def beeline(login: str, password_file: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{stack.host}:{stack.thrift_port}/default",
-             "-n", login, "-w", password_file, "--outputformat=csv2", "-e", "SELECT 41 + 1 AS answer"],
-            capture_output=True, text=True, timeout=300, check=False, stdin=subprocess.DEVNULL)
 
     given = tmp_path / "pw"
     given.write_text(thrift_password_path(stack).read_text() if password == "the real one" else password)
-    proc = beeline(user, str(given))
+    proc = beeline(stack, "SELECT 41 + 1 AS answer", user=user, password_file=given)
     assert "42" not in proc.stdout.split(), f"the Thrift server ran a query for {user} with a wrong login"
     assert "Error validating the login" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
     # ... while the right login of the same server answers.
-    assert beeline("lake", str(thrift_password_path(stack))).stdout.split()[-2:] == ["answer", "42"]
+    right = beeline(stack, "SELECT 41 + 1 AS answer", user="lake", password_file=thrift_password_path(stack))
+    assert right.stdout.split()[-2:] == ["answer", "42"]

@@ -11,7 +11,7 @@ import pytest
 
 from spark_jobs.settings import Settings
 from spark_jobs.stack import service_user, supervisor
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import run_lake
 
 
 def _switch(settings: Settings) -> service_user.Switch:

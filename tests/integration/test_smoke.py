@@ -13,17 +13,13 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.jars import pyspark_home
 from spark_jobs.settings import REPO_ROOT, Settings
-from spark_jobs.stack.configs import THRIFT_USER, thrift_password_path
 from spark_jobs.stack.services import airflow_env, base_env
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import beeline, lake_sql, run_lake
 
 
 def _rows(stack: Settings, run_id: str) -> list[dict[str, Any]]:
-    proc = run_lake("sql", "-e", f"SELECT n, square FROM ops.smoke WHERE run_id = '{run_id}' ORDER BY n",
-                    "--format", "json")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return lake_sql(f"SELECT n, square FROM ops.smoke WHERE run_id = '{run_id}' ORDER BY n")
 
 
 def test_smoke_job_writes_delta_table_seen_by_other_processes(stack: Settings) -> None:
@@ -37,13 +33,9 @@ def test_smoke_job_writes_delta_table_seen_by_other_processes(stack: Settings) -
     run_lake("job", "smoke", "--run-id", run_id, "--rows", "7")
     assert len(_rows(stack, run_id)) == 7
     # The Thrift server (JDBC clients) sees the same table.
-    beeline = subprocess.run(
-        [str(pyspark_home() / "bin" / "beeline"), "-u", f"jdbc:hive2://{stack.host}:{stack.thrift_port}/default",
-         "-n", THRIFT_USER, "-w", str(thrift_password_path(stack)),
-         "--outputformat=csv2", "-e", f"SELECT count(*) AS c FROM ops.smoke WHERE run_id = '{run_id}'"],
-        capture_output=True, text=True, timeout=300, check=False)
-    assert beeline.returncode == 0, beeline.stderr[-2000:]
-    assert beeline.stdout.split()[-2:] == ["c", "7"], beeline.stdout
+    jdbc = beeline(stack, f"SELECT count(*) AS c FROM ops.smoke WHERE run_id = '{run_id}'")
+    assert jdbc.returncode == 0, jdbc.stderr[-2000:]
+    assert jdbc.stdout.split()[-2:] == ["c", "7"], jdbc.stdout
 
 
 def test_lake_sql_reports_bad_sql_clearly(stack: Settings) -> None:

@@ -14,7 +14,7 @@ import pytest
 from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, Settings
 from spark_jobs.stack import health
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import run_lake, shop_cursor
 
 SERVICES = {"postgres", "kafka", "connect", "minio", "metastore", "thrift", "spark-connect", "dq-docs", "airflow"}
 
@@ -54,9 +54,8 @@ def test_kafka_round_trip_and_connect_has_debezium(stack: Settings) -> None:
 
 
 def test_postgres_has_logical_wal_and_a_non_superuser_cdc_role(stack: Settings) -> None:
-    import psycopg2
 
-    with psycopg2.connect(stack.pg_dsn(stack.pg_shop_db)) as conn, conn.cursor() as cur:
+    with shop_cursor(stack) as cur:
         cur.execute("SHOW wal_level")
         assert cur.fetchone() == ("logical",)
         cur.execute("SELECT rolsuper, rolreplication, rolcanlogin FROM pg_roles WHERE rolname = %s",

@@ -4,8 +4,6 @@ table's Delta log with the deltalake package: no Spark application needed)."""
 
 from __future__ import annotations
 
-import time
-
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import TABLES, lake_table
@@ -13,7 +11,7 @@ from spark_jobs.delta_rs_tables import storage_options, table_uri
 from spark_jobs.settings import Settings
 from spark_jobs.stack.health import s3_client
 from spark_jobs.table_io import LAYERS
-from tests.integration.conftest import run_lake
+from tests.integration.lakehelpers import start_streaming, wait_stream, wait_until
 
 
 def _lake_tables(settings: Settings) -> set[str]:
@@ -34,16 +32,16 @@ def _lake_tables(settings: Settings) -> set[str]:
 
 
 def test_every_lake_table_is_declared_with_its_layout(stack: Settings) -> None:
-    run_lake("connectors", "apply")
-    run_lake("stream", "start")
-    waited = run_lake("stream", "wait", "--timeout", "600", check=False, timeout=660)
-    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    start_streaming()
+    wait_stream(600)
     # The queries create their tables as they start; on a fresh stack the events query may still be starting.
     streaming = {t.name for t in TABLES.values() if "streaming app" in t.writer}
-    deadline = time.monotonic() + 300
-    while not streaming <= (found := _lake_tables(stack)):
-        assert time.monotonic() < deadline, f"the streaming app's tables missing from the lake: {sorted(streaming - found)}"
-        time.sleep(5)
+    def all_streaming_tables() -> set[str] | None:
+        found = _lake_tables(stack)
+        return found if streaming <= found else None
+
+    found = wait_until(all_streaming_tables, "the streaming app's tables in the lake", 300, every=5,
+                       detail=lambda: f"missing {sorted(streaming - _lake_tables(stack))}")
     undeclared = []
     for name in sorted(found):
         try:

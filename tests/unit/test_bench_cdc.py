@@ -1,4 +1,4 @@
-"""Figures helpers of the benchmarks (no services)."""
+"""The CDC bench (spark_jobs/bench_cdc.py): its figures helpers and its refusal to start without a connector."""
 
 from __future__ import annotations
 
@@ -8,16 +8,6 @@ from typing import Any
 import pytest
 
 from spark_jobs.bench_cdc import percentile
-from spark_jobs.bench_events import _produced_per_second
-
-
-def test_produced_per_second_uses_the_loadgen_manifest_fields() -> None:
-    manifest = {"total_sent": 100_000, "delivered": 99_000, "elapsed_with_flush_s": 20.0}
-    assert _produced_per_second(manifest) == 4950.0
-
-
-def test_produced_per_second_without_elapsed_is_nan_not_a_made_up_rate() -> None:
-    assert math.isnan(_produced_per_second({"total_sent": 10}))
 
 
 def test_percentile_picks_the_nearest_rank() -> None:
@@ -49,6 +39,13 @@ def test_bench_cdc_starts_with_a_running_connector(monkeypatch: pytest.MonkeyPat
     from spark_jobs import connectors
     from spark_jobs.settings import load_settings
 
-    monkeypatch.setattr(connectors, "status_report",
-                        lambda _settings: [{"name": "shop-postgres", "state": "RUNNING", "tasks": ["RUNNING"]}])
-    bench._require_running_connector(load_settings({}))
+    asked: list[object] = []
+
+    def report(settings: object) -> list[dict[str, Any]]:
+        asked.append(settings)
+        return [{"name": "shop-postgres", "state": "RUNNING", "tasks": ["RUNNING"]}]
+
+    monkeypatch.setattr(connectors, "status_report", report)
+    settings = load_settings({})
+    bench._require_running_connector(settings)  # returns: no RuntimeError
+    assert asked == [settings]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.contracts.events import TOPIC, validate_event
+from spark_jobs.contracts.events import TOPIC, event_errors
 from spark_jobs.events_producer import EventProducer, InvalidEventError, ProducerError, make_event, serialize
 
 BOOTSTRAP = "broker-a:9092,broker-b:9092"
@@ -91,7 +91,7 @@ def test_make_event_fills_id_version_and_time() -> None:
     e = make_event("page_view", 7, "s-1", {"page": "/"})
     assert uuid.UUID(e["event_id"]).version == 4 and e["schema_version"] == 1
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["event_time"])
-    assert validate_event(e) == []
+    assert event_errors(e) == []
     fixed = make_event("checkout", 7, "s-1", {"cart_value": "1.00"}, event_time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     assert fixed["event_time"] == "2026-01-02T03:04:05.000Z"
 

@@ -8,6 +8,7 @@ import pyspark
 import pytest
 
 from spark_jobs import jars
+from spark_jobs.jars import artifact_name, select_extra_jars
 
 
 def _fake_spark_home(tmp_path: Path) -> Path:
@@ -42,3 +43,15 @@ def test_extra_jars_skip_what_spark_ships(tmp_path: Path, monkeypatch: pytest.Mo
     provided = {jars.artifact_name(p.name) for p in (jars.pyspark_home() / "jars").glob("*.jar")}
     assert jars.select_extra_jars(["jackson-core-2.13.5.jar", "delta-spark_4.1_2.13-4.4.0.jar"], provided) == [
         "delta-spark_4.1_2.13-4.4.0.jar"]
+
+
+def test_artifact_name_strips_versions() -> None:
+    assert artifact_name("jackson-core-2.13.5.jar") == "jackson-core"
+    assert artifact_name("delta-spark_4.1_2.13-4.4.0.jar") == "delta-spark_4.1_2.13"
+    assert artifact_name("wildfly-openssl-2.1.4.Final.jar") == "wildfly-openssl"
+    assert artifact_name("spark-sql-kafka-0-10_2.13-4.1.3.jar") == "spark-sql-kafka-0-10_2.13"
+
+
+def test_pyspark_copy_of_a_jar_wins() -> None:
+    candidates = ["jackson-core-2.13.5.jar", "hadoop-aws-3.4.2.jar", "scala-library-2.13.17.jar", ".lake-stamp"]
+    assert select_extra_jars(candidates, {"jackson-core", "scala-library"}) == ["hadoop-aws-3.4.2.jar"]

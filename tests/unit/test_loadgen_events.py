@@ -13,9 +13,8 @@ import pytest
 from spark_jobs.contracts.events import (
     EVENT_TYPES,
     check_record,
-    classify_record,
+    event_errors,
     parse_event_time,
-    validate_event,
 )
 from spark_jobs.loadgen.events import (
     BAD_KINDS,
@@ -27,6 +26,7 @@ from spark_jobs.loadgen.events import (
     event_ids_digest,
     run,
 )
+from tests.unit.event_records import reason_code
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
 USERS = list(range(1, 201))
@@ -64,13 +64,13 @@ def test_sample_of_valid_events_passes_the_contract() -> None:
     for r in records[::7]:
         if r.kind in (VALID, LATE, DUPLICATE):
             doc = json.loads(r.value)
-            assert validate_event(doc, received_at=NOW) == [], r
+            assert event_errors(doc, received_at=NOW) == [], r
             assert r.key == str(doc["user_id"]).encode()
 
 
 def test_each_bad_kind_gets_exactly_its_reason_code() -> None:
     records = take(gen(bad=0.5, late=0.0, dup=0.0), 4000)
-    got = Counter((r.kind, classify_record(r.value, NOW)) for r in records if r.kind in BAD_KINDS)
+    got = Counter((r.kind, reason_code(r.value, NOW)) for r in records if r.kind in BAD_KINDS)
     assert {kind for kind, _ in got} == set(BAD_KINDS)
     assert all(kind == reason for kind, reason in got), got
 
@@ -185,7 +185,7 @@ def test_run_sends_rate_times_duration_and_the_manifest_adds_up() -> None:
     ids, revenue = [], Decimal(0)
     seen: set[str] = set()
     for _, value in fake.sent:
-        if classify_record(value, now) is None:
+        if reason_code(value, now) is None:
             doc = json.loads(value)
             if doc["event_id"] not in seen:
                 seen.add(doc["event_id"])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from spark_jobs.quality import docs, runner
@@ -14,6 +16,11 @@ from spark_jobs.quality.suites import parse_suite
 INTERVAL = (datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC))
 NOW = datetime(2026, 3, 2, 0, 30, tzinfo=UTC)
 ORDERS = "order_id long, customer_id long, status string, total decimal(14,2)"
+
+
+def _served_path(settings: Any, url: str) -> Path:
+    """The file under the Data Docs folder that the stack's dq-docs server serves at ``url``."""
+    return docs.data_docs_dir(settings) / urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
 
 
 def suite(*expectations: dict[str, Any], keys: tuple[str, ...] = ("order_id",), table: str = "gold.fct_orders"):
@@ -168,7 +175,7 @@ def test_data_docs_site_is_built(spark, tmp_path, monkeypatch):
     assert (site / "index.html").is_file()
     # The URL the log shows is the page on the stack's dq-docs server, which serves this folder.
     assert out.docs_url and out.docs_url.startswith(f"http://{settings.host}:{settings.dq_docs_port}/validations/")
-    page = docs.served_path(settings, out.docs_url)
+    page = _served_path(settings, out.docs_url)
     assert page.is_file()
     assert page.relative_to(site).parts[:3] == ("validations", "gold", "fct_orders")
     assert "pending" in page.read_text()  # the rendered value set of status_known
@@ -250,7 +257,7 @@ def test_a_queued_validation_is_rendered_by_the_docs_service_round(spark, tmp_pa
     settings = load_settings()
     out = run(spark, orders(spark, CLEAN), suite(with_severity(STATUS, "warn")), settings=settings, build_docs=True,
               render_docs=False)
-    page = docs.served_path(settings, out.docs_url or "")
+    page = _served_path(settings, out.docs_url or "")
     assert not page.exists() and len(list(docs.queue_dir(settings).glob("*.json"))) == 1
     assert docs.render_queued(settings) == 1
     assert page.is_file() and (docs.data_docs_dir(settings) / "index.html").is_file()

@@ -1,3 +1,5 @@
+"""What spark_jobs/stack renders as a whole: config templates, supervisor sections, bucket policy, pid and socket files."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -5,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.jars import artifact_name, select_extra_jars
 from spark_jobs.settings import load_settings
 from spark_jobs.stack import services, supervisor
 from spark_jobs.stack.bootstrap import bucket_policy
@@ -30,18 +31,6 @@ def test_every_infra_template_renders(tmp_path: Path) -> None:
     for path in files:
         rendered = render_template(path.read_text(), values)
         assert "@@" not in rendered
-
-
-def test_artifact_name_strips_versions() -> None:
-    assert artifact_name("jackson-core-2.13.5.jar") == "jackson-core"
-    assert artifact_name("delta-spark_4.1_2.13-4.4.0.jar") == "delta-spark_4.1_2.13"
-    assert artifact_name("wildfly-openssl-2.1.4.Final.jar") == "wildfly-openssl"
-    assert artifact_name("spark-sql-kafka-0-10_2.13-4.1.3.jar") == "spark-sql-kafka-0-10_2.13"
-
-
-def test_pyspark_copy_of_a_jar_wins() -> None:
-    candidates = ["jackson-core-2.13.5.jar", "hadoop-aws-3.4.2.jar", "scala-library-2.13.17.jar", ".lake-stamp"]
-    assert select_extra_jars(candidates, {"jackson-core", "scala-library"}) == ["hadoop-aws-3.4.2.jar"]
 
 
 def test_bucket_policy_is_scoped_to_the_bucket() -> None:

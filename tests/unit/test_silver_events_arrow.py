@@ -19,7 +19,7 @@ from spark_jobs.silver.events_arrow import (
     fast_doc,
     properties_text,
 )
-from tests.unit.test_events_parse import (
+from tests.unit.event_records import (
     EDGE_CASES,
     EVENT_ID,
     KAFKA_TS,
@@ -33,7 +33,7 @@ TS_TYPE = pa.timestamp("us", tz="UTC")
 
 
 def raw_table(values: list[bytes | None], kafka_ts: datetime = KAFKA_TS) -> pa.Table:
-    """The same records as ``test_events_parse.bronze``: key b"42", partition i % 3, offset 1000 + i."""
+    """The same records as ``test_silver_events.bronze``: key b"42", partition i % 3, offset 1000 + i."""
     n = len(values)
     return pa.table({
         "key": pa.array([b"42"] * n, pa.binary()), "value": pa.array(values, pa.binary()),

@@ -1,4 +1,4 @@
-"""CDC apply: the MERGE plan's SQL fragments (the statement runs on real Delta tables in test_cdc_merge.py)."""
+"""CDC apply: the MERGE plan's SQL fragments (the statement runs on real Delta tables in test_silver_cdc_apply.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from spark_jobs.silver.cdc import (
     toastable_columns,
     toastable_columns_of,
 )
-from tests.unit.test_cdc_parse import KEYS, ORDERS
+from tests.unit.cdc_records import KEYS, ORDERS
 
 COLUMNS = silver_columns(ORDERS)
 

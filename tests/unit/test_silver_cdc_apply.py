@@ -3,7 +3,7 @@
 Each test sends small inline Debezium batches through what the streaming app runs per table and batch:
 ``parse_frame`` (the parse in Spark's Python workers) then ``apply_changes`` (newest change per key
 against the delete markers, the MERGE into silver, the markers). The parse's own cases are in
-test_cdc_parse.py.
+test_silver_cdc_parse.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, apply_changes, parse_frame
-from tests.unit.test_cdc_parse import KEYS, ORDERS, Record, change, raw, row, tombstone
+from tests.unit.cdc_records import KEYS, ORDERS, Record, change, raw, row, tombstone
 
 SHOWN = ["id", "status", "notes", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
 

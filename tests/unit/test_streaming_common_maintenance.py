@@ -24,16 +24,16 @@ class RecordingSpark:
             raise RuntimeError("[DELTA_CANNOT_VACUUM_LITE] VACUUM LITE cannot delete all eligible files ...")
 
 
-def _maintenance(minutes: int, clock: list[float], monkeypatch: pytest.MonkeyPatch) -> tuple[Maintenance, Any]:
-    monkeypatch.setattr("spark_jobs.streaming.common.time.monotonic", lambda: clock[0])
+def _maintenance(minutes: int, clock: list[float]) -> tuple[Maintenance, Any]:
     spark = RecordingSpark()
     settings: Any = SimpleNamespace(stream_maintenance_minutes=minutes)
-    return Maintenance(spark, settings, "lake_test", ["silver.a", "hot.b"]), spark  # type: ignore[arg-type]
+    maintenance = Maintenance(spark, settings, "lake_test", ["silver.a", "hot.b"], clock=lambda: clock[0])  # type: ignore[arg-type]
+    return maintenance, spark
 
 
-def test_maintenance_runs_once_per_interval_on_every_owned_table(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_maintenance_runs_once_per_interval_on_every_owned_table() -> None:
     clock = [1000.0]
-    maintenance, spark = _maintenance(10, clock, monkeypatch)
+    maintenance, spark = _maintenance(10, clock)
     maintenance.run_if_due()
     assert spark.statements == []  # not before the first interval has passed
     clock[0] += 599
@@ -47,17 +47,17 @@ def test_maintenance_runs_once_per_interval_on_every_owned_table(monkeypatch: py
     assert len(spark.statements) == 2  # the interval starts again after a run
 
 
-def test_maintenance_interval_zero_never_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_maintenance_interval_zero_never_runs() -> None:
     clock = [0.0]
-    maintenance, spark = _maintenance(0, clock, monkeypatch)
+    maintenance, spark = _maintenance(0, clock)
     clock[0] += 10**9
     maintenance.run_if_due()
     assert spark.statements == []
 
 
-def test_a_refused_lite_vacuum_runs_full_once_and_other_errors_propagate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_lite_vacuum_runs_full_once_and_other_errors_propagate() -> None:
     clock = [0.0]
-    maintenance, _ = _maintenance(1, clock, monkeypatch)
+    maintenance, _ = _maintenance(1, clock)
     maintenance.spark = spark = RecordingSpark(refuse_lite=True)  # type: ignore[assignment]
     clock[0] += 60
     maintenance.run_if_due()
@@ -109,9 +109,8 @@ def test_auto_compaction_and_vacuum_lite_on_real_tables(spark: Any, tmp_path: Pa
 
         files_before = data_files()
         clock = [0.0]
-        monkeypatch.setattr("spark_jobs.streaming.common.time.monotonic", lambda: clock[0])
         settings: Any = SimpleNamespace(stream_maintenance_minutes=1)
-        maintenance = Maintenance(spark, settings, "lake_test", ["default.upkeep_t"])
+        maintenance = Maintenance(spark, settings, "lake_test", ["default.upkeep_t"], clock=lambda: clock[0])
         clock[0] += 60
         maintenance.run_if_due()
         live = spark.sql("DESCRIBE DETAIL default.upkeep_t").head().numFiles

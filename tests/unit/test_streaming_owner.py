@@ -48,6 +48,8 @@ def test_other_queries_are_independent(tmp_path: Path) -> None:
     settings = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
     cdc = claim(settings, ["lake_cdc"])
     try:
-        claim(settings, ["lake_events"]).release()  # a cdc-only driver and an events-only driver may run side by side
+        events = claim(settings, ["lake_events"])  # a cdc-only driver and an events-only driver may run side by side
+        assert f'"pid": {os.getpid()}' in lock_path(settings, "lake_events").read_text()
+        events.release()
     finally:
         cdc.release()

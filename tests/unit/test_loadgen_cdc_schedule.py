@@ -9,9 +9,10 @@ with a recording executor (our own code's unit test, no database).
 
 from __future__ import annotations
 
-import random
+import itertools
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -21,8 +22,7 @@ from spark_jobs.loadgen.cdc.execute import LoadgenError
 from spark_jobs.loadgen.cdc.plan import Key, Op, Stmt, plan_digest
 from spark_jobs.loadgen.cdc.planner import Planner, plan_ops
 from spark_jobs.loadgen.cdc.schedule import Scheduler
-
-from .test_loadgen_cdc import seeded_state
+from tests.unit.shop_snapshot import seeded_state
 
 
 def _op(name: str, writes: frozenset[Key] | set[Key] = frozenset(), reads: frozenset[Key] | set[Key] = frozenset()) -> Op:
@@ -117,23 +117,43 @@ def test_every_op_names_the_rows_its_statements_touch(seed):
 
 
 class RecordingExecutor:
-    """Stands in for a PostgreSQL session: records when each op ran, fails on a chosen op."""
+    """Stands in for a PostgreSQL session: logs when each op started and ended on one shared tick counter (no
+    wall clock), fails on a chosen op. With ``hold_first`` the first op to run waits until a second op has
+    started, so a run that may overlap ops on disjoint rows does so in every run, not by timing luck. The op
+    chosen to fail waits until the planner has planned a later op on its rows, so there is one to hold back."""
 
-    log: ClassVar[list[tuple[Op, float, float]]] = []
+    log: ClassVar[list[tuple[Op, int, int]]] = []
     planned: ClassVar[list[Op]] = []
-    lock = threading.Lock()
+    changed = threading.Condition()
+    ticks: ClassVar[Iterator[int]] = itertools.count()
+    running = 0
+    hold_first = False
     fail_on: str | None = None
 
     def __init__(self, settings: Any, *, synchronous_commit: bool = True) -> None:
-        self.rng = random.Random(id(self))
+        pass
 
     def run(self, op: Op) -> None:
-        start = time.monotonic()
-        time.sleep(self.rng.random() * 0.002)
-        if op.name == self.fail_on:
-            raise LoadgenError(f"op {op.name!r} failed on purpose")
-        with self.lock:
-            self.log.append((op, start, time.monotonic()))
+        cls = RecordingExecutor
+        with cls.changed:
+            start = next(cls.ticks)
+            cls.running += 1
+            cls.changed.notify_all()
+            if cls.hold_first:
+                cls.hold_first = False
+                # Bounded only so a scheduler that never overlaps fails the test instead of hanging it.
+                cls.changed.wait_for(lambda: cls.running > 1, timeout=60)
+        time.sleep(0)  # yield to the other sessions' threads: more interleavings, no waiting
+        try:
+            if op.name == self.fail_on:
+                with cls.changed:
+                    cls.changed.wait_for(lambda: _later_conflicting(op), timeout=60)  # bound: fail, not hang
+                raise LoadgenError(f"op {op.name!r} failed on purpose")
+        finally:
+            with cls.changed:
+                cls.running -= 1
+                if op.name != self.fail_on:
+                    cls.log.append((op, start, next(cls.ticks)))
 
     def close(self) -> None:
         pass
@@ -161,12 +181,16 @@ def recording(monkeypatch):
     """``run`` with the recording executor; ``recording.planned`` lists the planner's ops in plan order."""
     RecordingExecutor.log = []
     RecordingExecutor.fail_on = None
+    RecordingExecutor.hold_first = False
+    RecordingExecutor.running = 0
     RecordingExecutor.planned = []
     next_op = Planner.next_op
 
     def planned(self: Planner) -> Op:
         op = next_op(self)
-        RecordingExecutor.planned.append(op)
+        with RecordingExecutor.changed:
+            RecordingExecutor.planned.append(op)
+            RecordingExecutor.changed.notify_all()
         return op
 
     monkeypatch.setattr(Planner, "next_op", planned)
@@ -180,7 +204,15 @@ def _conflict(a: Op, b: Op) -> frozenset[Key]:
     return (a.writes & (b.writes | b.reads)) | (b.writes & a.reads)
 
 
+def _later_conflicting(op: Op) -> list[Op]:
+    """Ops planned after ``op`` that share rows with it (they must wait for it)."""
+    planned = RecordingExecutor.planned
+    position = next(i for i, o in enumerate(planned) if o is op)
+    return [o for o in planned[position + 1:] if _conflict(op, o)]
+
+
 def test_run_overlaps_only_ops_on_disjoint_rows_and_keeps_the_plan_order_of_the_rest(recording):
+    recording.hold_first = True
     report = runner.run(None, rate=1e9, duration=60, seed=7, max_changes=4000, connections=4)  # type: ignore[arg-type]
     ops = recording.planned[:sum(report.ops.values())]  # the planner may have planned one op it did not submit
     assert report.digest == plan_digest(ops) == plan_digest(plan_ops(seeded_state(), 7, len(ops)))
@@ -192,7 +224,7 @@ def test_run_overlaps_only_ops_on_disjoint_rows_and_keeps_the_plan_order_of_the_
         for b in ops[i + 1:]:
             b_start, b_end = when[id(b)]
             if shared := _conflict(a, b):
-                assert a_end <= b_start, f"op {i} {a.name} and the later {b.name} share {set(shared)}, ran out of plan order"
+                assert a_end < b_start, f"op {i} {a.name} and the later {b.name} share {set(shared)}, ran out of plan order"
             elif b_start < a_end and a_start < b_end:
                 overlapped += 1
     assert overlapped > 0, "no two ops ever ran at once: the sessions are not used concurrently"

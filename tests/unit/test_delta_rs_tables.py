@@ -26,12 +26,12 @@ def _table(tmp_path: Path) -> DriverTable:
 def test_write_once_skips_a_batch_already_committed(tmp_path: Path) -> None:
     table = _table(tmp_path)
     row = {"window_start": datetime(2026, 11, 22, 12, tzinfo=UTC), "orders": 3}
-    assert table.committed_version("q1") is None
+    assert DeltaTable(table.uri).transaction_version("q1:hot.t") is None
     assert table.write_once([row], "q1", 7, "append") is True
     assert table.write_once([row], "q1", 7, "append") is False  # the replay of batch 7
     assert table.write_once([row], "q1", 6, "append") is False  # older than what is committed
     assert table.write_once([{**row, "orders": 4}], "q1", 8, "overwrite") is True
-    assert table.committed_version("q1") == 8
+    assert DeltaTable(table.uri).transaction_version("q1:hot.t") == 8
     assert table.write_once([row], "q2", 1, "append") is True  # another query has its own transaction
     rows = DeltaTable(table.uri).to_pyarrow_table().to_pylist()
     assert sorted(r["orders"] for r in rows) == [3, 4]
@@ -41,7 +41,7 @@ def test_rows_are_cast_to_the_table_schema_and_a_bad_row_is_refused(tmp_path: Pa
     table = _table(tmp_path)
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError)):
         table.write_once([{"window_start": datetime(2026, 11, 22, tzinfo=UTC), "orders": "many"}], "q", 1, "append")
-    assert table.committed_version("q") is None  # nothing half-written
+    assert DeltaTable(table.uri).transaction_version("q:hot.t") is None  # nothing half-written
 
 
 def test_tables_with_features_the_driver_writer_does_not_promise_are_refused() -> None:
