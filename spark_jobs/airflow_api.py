@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
+
+import httpx
+from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs.settings import Settings
 
@@ -41,21 +41,17 @@ class AirflowClient:
         url = f"{self.base}{path}"
         if not url.startswith(("http://", "https://")):
             raise AirflowError(f"refusing to open non-HTTP URL {url!r}")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {"Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - checked above
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - checked above
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:800]
-            raise AirflowError(f"Airflow {method} {url}: HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError) as exc:
+            response = httpx.request(method, url, json=body, headers=headers, timeout=self.timeout)
+        except httpx.HTTPError as exc:
             raise AirflowError(f"Airflow at {self.base} is not reachable ({exc}); is the stack up? "
                                "(`lake stack status`)") from exc
-        return json.loads(raw) if raw else None
+        if response.is_error:
+            raise AirflowError(f"Airflow {method} {url}: HTTP {response.status_code}: {response.text[:800]}")
+        return response.json() if response.content else None
 
     def token(self) -> str:
         if self._token is None:
@@ -65,15 +61,12 @@ class AirflowClient:
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
         """Wait until the DAG processor has parsed ``dag_id`` (a fresh stack parses every 30 s)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self._call("GET", f"/api/v2/dags/{dag_id}")
-                return
-            except AirflowError as exc:
-                if "HTTP 404" not in str(exc) or time.monotonic() > deadline:
-                    raise AirflowError(f"DAG {dag_id} not known to Airflow after {timeout:.0f} s: {exc}") from exc
-            time.sleep(2)
+        try:
+            Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(2), reraise=True,
+                     retry=retry_if_exception(lambda exc: "HTTP 404" in str(exc)),
+                     )(self._call, "GET", f"/api/v2/dags/{dag_id}")
+        except AirflowError as exc:
+            raise AirflowError(f"DAG {dag_id} not known to Airflow after {timeout:.0f} s: {exc}") from exc
 
     def unpause(self, dag_id: str) -> None:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
@@ -87,16 +80,14 @@ class AirflowClient:
                 "to_date": f"{last.isoformat()}T00:00:00Z", "reprocess_behavior": reprocess,
                 "max_active_runs": max_active_runs, "run_backwards": False, "dag_run_conf": {}}
         # Airflow runs one backfill per DAG at a time (HTTP 409 otherwise): wait for the running one.
-        deadline = time.monotonic() + wait_running
-        while True:
-            try:
-                return dict(self._call("POST", "/api/v2/backfills", body))
-            except AirflowError as exc:
-                if "HTTP 409" not in str(exc) or "already a running backfill" not in str(exc) \
-                        or time.monotonic() > deadline:
-                    raise
-            log.info(f"  another backfill of {dag_id} is running; waiting for it to finish")
-            time.sleep(10)
+        def another_running(exc: BaseException) -> bool:
+            return "HTTP 409" in str(exc) and "already a running backfill" in str(exc)
+
+        return dict(Retrying(stop=stop_after_delay(wait_running), wait=wait_fixed(10), reraise=True,
+                             retry=retry_if_exception(another_running),
+                             before_sleep=lambda _: log.info(f"  another backfill of {dag_id} is running; "
+                                                             "waiting for it to finish"),
+                             )(self._call, "POST", "/api/v2/backfills", body))
 
     def runs(self, dag_id: str, **query: str) -> list[dict[str, Any]]:
         q = "&".join(f"{k}={v}" for k, v in {"limit": "100", **query}.items())
@@ -128,9 +119,10 @@ class AirflowClient:
         ``progress`` logs each change of the days' states; ``on_states`` gets them at every poll (a progress bar).
         """
         want = {d.isoformat() for d in days}
-        deadline = time.monotonic() + timeout
         last = ""
-        while True:
+
+        def poll() -> tuple[bool, dict[str, str], str]:
+            nonlocal last
             done = self._call("GET", f"/api/v2/backfills/{backfill_id}")
             created = _instant(done.get("created_at"))
             states: dict[str, str] = {}
@@ -146,11 +138,16 @@ class AirflowClient:
                 log.info(f"  backfill {backfill_id}: {line}")
                 last = line
             finished = all(states.get(d) in ("success", "failed") for d in want)
-            if finished and (done.get("completed_at") or all(states.get(d) == "success" for d in want)):
-                return states
-            if time.monotonic() > deadline:
-                raise AirflowError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f} s: {line}")
-            time.sleep(3)
+            return finished and bool(done.get("completed_at") or all(states.get(d) == "success" for d in want)), \
+                states, line
+
+        ended, states, line = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(3), reraise=True,
+                                       retry=retry_if_result(lambda polled: not polled[0]),
+                                       retry_error_callback=lambda rs: rs.outcome.result() if rs.outcome else
+                                       (False, {}, ""))(poll)
+        if not ended:
+            raise AirflowError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f} s: {line}")
+        return states
 
 
 def _instant(text: str | None) -> datetime:

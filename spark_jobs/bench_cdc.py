@@ -42,6 +42,7 @@ from typing import Any
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings
+from spark_jobs.waits import poll
 
 log = logging.getLogger(__name__)
 
@@ -167,14 +168,14 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
     """Wall-clock start (epoch s) of the first batch committed with an id above ``after_batch``."""
     from datetime import datetime
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def started() -> float | None:
         doc = _cdc_status(settings)
         batch = doc.get("batch_id")
         if batch is not None and (after_batch is None or int(batch) > after_batch) and doc.get("committed_at"):
             return datetime.fromisoformat(doc["committed_at"]).timestamp() - float(doc.get("batch_seconds", 0))
-        time.sleep(0.2)
-    return None
+        return None
+
+    return poll(started, timeout, every=0.2)
 
 
 def _silver_query_seconds(spark: Any, runs: int = 3) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from spark_jobs.bench_cdc import percentile
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
+from spark_jobs.waits import poll
 
 log = logging.getLogger(__name__)
 
@@ -151,15 +152,16 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
     from spark_jobs.streaming.events import FIRST_BATCH_MARKER
 
     app_log = supervisor.log_path(settings, stream_control.PROGRAM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def first_batch_began() -> bool | None:
         with app_log.open("rb") as f:
             f.seek(log_from)
-            if FIRST_BATCH_MARKER.encode() in f.read():
-                pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
-                return cpu_snapshot(int(pid), stream_executors_of(settings)) if pid else {}
-        time.sleep(0.1)
-    return {}
+            return True if FIRST_BATCH_MARKER.encode() in f.read() else None
+
+    if poll(first_batch_began, timeout, every=0.1) is None:
+        return {}
+    pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
+    return cpu_snapshot(int(pid), stream_executors_of(settings)) if pid else {}
 
 
 def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, seed: int, warmup: float,

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+import httpx
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, Settings
@@ -54,20 +55,15 @@ def _request(settings: Settings, method: str, path: str, body: Any = None) -> An
     url = f"{settings.connect_url}{path}"
     if not url.startswith(("http://", "https://")):
         raise ConnectorError(f"LAKE_CONNECT_URL must be http(s), got {settings.connect_url}")
-    req = urllib.request.Request(  # noqa: S310 - scheme checked above
-        url, method=method, data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Accept": "application/json",
-                 **kafka_auth.connect_rest_headers(settings)})
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - scheme checked above
-            raw = resp.read()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:2000]
-        raise ConnectorError(f"Connect {method} {path} -> HTTP {exc.code}: {detail}") from exc
-    except OSError as exc:
+        response = httpx.request(method, url, json=body, timeout=30,
+                                 headers={"Accept": "application/json", **kafka_auth.connect_rest_headers(settings)})
+    except httpx.HTTPError as exc:
         raise ConnectorError(f"Kafka Connect at {settings.connect_url} is not reachable ({exc}); "
                              "is the stack up? (lake stack up)") from exc
-    return json.loads(raw) if raw else None
+    if response.is_error:
+        raise ConnectorError(f"Connect {method} {path} -> HTTP {response.status_code}: {response.text[:2000]}")
+    return response.json() if response.content else None
 
 
 def connector_status(settings: Settings, name: str) -> dict[str, Any]:
@@ -83,6 +79,32 @@ def _failures(status: dict[str, Any]) -> list[str]:
         if task["state"] == "FAILED":
             out.append(f"task {task['id']}: {task.get('trace', '')}")
     return out
+
+
+def _wait_running(settings: Settings, name: str, needed: int, timeout: float) -> None:
+    """Wait until connector ``name`` and all its tasks are RUNNING in ``needed`` polls in a row (after a PUT the
+    worker restarts it asynchronously and may still report the old RUNNING state); a FAILED one raises at once."""
+    seen = 0
+    status: dict[str, Any] = {}
+
+    def running() -> bool:
+        nonlocal seen, status
+        try:
+            status = connector_status(settings, name)
+        except ConnectorError:
+            status = {"connector": {"state": "UNASSIGNED"}, "tasks": []}
+        failed = _failures(status)
+        if failed:
+            raise ConnectorError(f"connector {name} failed:\n" + "\n".join(f[:4000] for f in failed))
+        tasks = status.get("tasks", [])
+        ok = status["connector"]["state"] == "RUNNING" and bool(tasks) and all(t["state"] == "RUNNING" for t in tasks)
+        seen = seen + 1 if ok else 0
+        return seen >= needed
+
+    if not Retrying(stop=stop_after_delay(max(timeout, 0)), wait=wait_fixed(1.5), reraise=True,
+                    retry=retry_if_result(lambda done: not done), retry_error_callback=lambda rs: False)(running):
+        raise ConnectorError(f"connector {name} not RUNNING after {timeout:.0f}s: {json.dumps(status)[:1000]}")
+    log.info("  %s: RUNNING (%d task(s))", name, len(status.get("tasks", [])))
 
 
 def apply(settings: Settings, timeout: float = 120) -> list[str]:
@@ -108,30 +130,7 @@ def apply(settings: Settings, timeout: float = 120) -> list[str]:
         names.append(name)
     deadline = time.monotonic() + timeout
     for name in names:
-        # After a PUT the worker restarts the connector asynchronously and the
-        # old RUNNING state may still be reported: require it to hold a while.
-        needed = 3 if name in changed else 1
-        seen = 0
-        while True:
-            try:
-                status = connector_status(settings, name)
-            except ConnectorError:
-                status = {"connector": {"state": "UNASSIGNED"}, "tasks": []}
-            failed = _failures(status)
-            if failed:
-                raise ConnectorError(f"connector {name} failed:\n" + "\n".join(f[:4000] for f in failed))
-            tasks = status.get("tasks", [])
-            if status["connector"]["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks):
-                seen += 1
-                if seen >= needed:
-                    log.info("  %s: RUNNING (%d task(s))", name, len(tasks))
-                    break
-                time.sleep(2)
-                continue
-            seen = 0
-            if time.monotonic() > deadline:
-                raise ConnectorError(f"connector {name} not RUNNING after {timeout:.0f}s: {json.dumps(status)[:1000]}")
-            time.sleep(1)
+        _wait_running(settings, name, needed=3 if name in changed else 1, timeout=deadline - time.monotonic())
     # CDC topics created before topic.creation.default.retention.* was set (or under other settings) keep
     # what they were created with: align them.
     from spark_jobs.kafka_topics import TopicError, ensure_retention

@@ -25,13 +25,13 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import Any
 
 import click
 
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.streaming.common import status_path
+from spark_jobs.waits import poll
 
 __all__ = ["main", "run", "status_path"]
 
@@ -113,9 +113,7 @@ def _stop_between_batches(query: Any, wait: float = 60.0) -> None:
     """Stop ``query``, waiting (up to ``wait`` s) for a moment when no micro-batch runs: ``stop()`` interrupts
     a running batch (its work is redone at the next start, so nothing is lost, but the interrupted batch
     logs errors)."""
-    deadline = time.monotonic() + wait
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll(lambda: True if not (query.isActive and query.status.get("isTriggerActive")) else None, wait, every=0.1)
     query.stop()
 
 

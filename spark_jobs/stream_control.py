@@ -15,6 +15,7 @@ from spark_jobs.settings import Settings
 from spark_jobs.stack import supervisor
 from spark_jobs.stack.errors import StackError
 from spark_jobs.streaming.common import read_json, status_path
+from spark_jobs.waits import poll
 
 PROGRAM = "stream"
 
@@ -130,30 +131,35 @@ def wait(settings: Settings, timeout: float, progress: Callable[[int], None] | N
     start = slot_positions(settings)
     if start is not None:
         target_lsn = start[0]
-        while True:
+        now: tuple[int, int] | None = None
+
+        def confirmed() -> bool | None:
+            nonlocal now
             now = slot_positions(settings)
-            if now and now[1] >= target_lsn:
-                break
-            if time.monotonic() > deadline:
-                log.warning("lake stream wait: Debezium has not confirmed WAL up to %s (slot at %s); is the "
-                            "connector running? (lake connectors status)", target_lsn, now[1] if now else "?")
-                return False
-            time.sleep(1)
+            return True if now and now[1] >= target_lsn else None
+
+        if poll(confirmed, timeout, every=1.0) is None:
+            log.warning("lake stream wait: Debezium has not confirmed WAL up to %s (slot at %s); is the "
+                        "connector running? (lake connectors status)", target_lsn, now[1] if now else "?")
+            return False
     ends = kafka_end_offsets(settings)
+    behind: dict[Any, int] = {}
     last_report = time.monotonic()
-    while True:
+
+    def caught_up() -> bool | None:
+        nonlocal behind, last_report
         done = processed_offsets(settings)
         behind = {tp: high - (int(done.get(tp, -1)) + 1) for tp, high in ends.items()
                   if high - (int(done.get(tp, -1)) + 1) > 0}
         if progress is not None:
             progress(sum(behind.values()))
-        if not behind:
-            return True
-        if time.monotonic() > deadline:
-            log.warning("lake stream wait: timed out with lag %s; see `lake stream status` and %s", behind,
-                        supervisor.log_path(settings, PROGRAM))
-            return False
-        if time.monotonic() - last_report > 10:
+        if behind and time.monotonic() - last_report > 10:
             log.info("lake stream wait: %d record(s) to go", sum(behind.values()))
             last_report = time.monotonic()
-        time.sleep(0.5)
+        return True if not behind else None
+
+    if poll(caught_up, deadline - time.monotonic(), every=0.5) is None:
+        log.warning("lake stream wait: timed out with lag %s; see `lake stream status` and %s", behind,
+                    supervisor.log_path(settings, PROGRAM))
+        return False
+    return True
