@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from typing import Any
 
@@ -24,6 +25,12 @@ def _reader() -> Any:
     return connect_session(load_settings())
 
 
+def _nothing_recorded(table: str | None) -> str:
+    from spark_jobs.quality.store import RESULTS_TABLE
+
+    return f"no validations recorded in {RESULTS_TABLE}" + (f" for {table}" if table else "")
+
+
 @group.command("status")
 @click.option("--table", help="only this table, e.g. silver.orders")
 @json_option()
@@ -31,7 +38,16 @@ def status(table: str | None, as_json: bool) -> int:
     """Latest verdict per table; exit 1 if one is BLOCK."""
     from spark_jobs.quality import checks
 
-    return checks.main_status(_reader(), table, as_json)
+    verdicts = checks.recorded_verdicts(_reader(), table)
+    if as_json:
+        click.echo(json.dumps({"tables": verdicts}, indent=2))
+    elif not verdicts:
+        click.echo(_nothing_recorded(table))
+    else:
+        for v in verdicts:
+            click.echo(f"{v['table']:<24} {v['verdict']:<10} {v['validated_at']}  {v['failed']}/"
+                       f"{v['expectations']} failed  run={v['run_id']}  {', '.join(v['failures'])}")
+    return 1 if any(v["verdict"] == "BLOCK" for v in verdicts) else 0
 
 
 @group.command("history")
@@ -41,7 +57,14 @@ def history(table: str | None, limit: int) -> int:
     """Validations newest first with their pass rate (the trend)."""
     from spark_jobs.quality import checks
 
-    return checks.main_history(_reader(), table, limit)
+    rows = checks.recorded_history(_reader(), table, limit)
+    for h in rows:
+        rate = "-" if h["pass_rate"] is None else f"{100 * h['pass_rate']:.1f}%"
+        click.echo(f"{h['validated_at']}  {h['table']:<24} pass {rate:>6} ({h['passed']}/{h['expectations']})"
+                   f"  blocking={h['blocking']}  run={h['run_id']}")
+    if not rows:
+        click.echo(_nothing_recorded(table))
+    return 0
 
 
 @group.command("run")
@@ -56,4 +79,6 @@ def run(table: str, day: date | None, settle_seconds: int) -> int:
     from spark_jobs.settings import load_settings
 
     settings = load_settings()
-    return checks.main_run(build_session(settings, "lake-dq-run"), settings, table, day, settle_seconds)
+    outcome = checks.run_now(build_session(settings, "lake-dq-run"), settings, table, day, settle_seconds)
+    click.echo(outcome.summary())
+    return 1 if outcome.blocked else 0

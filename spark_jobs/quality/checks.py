@@ -9,7 +9,6 @@ changed) and raises :class:`DqBlocked` if a ``block`` expectation failed.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -100,7 +99,6 @@ def run_live_check(table: str, *, run_id: str, dag_id: str, task_id: str, settle
 
 
 # --------------------------------------------------------------------------- lake dq status / history
-# The main_* functions below are the ``lake dq`` commands' output (stdout is the product, ``--json`` included).
 
 
 def latest_verdicts(spark: SparkSession, table: str | None = None) -> list[dict[str, Any]]:
@@ -143,16 +141,24 @@ def history(spark: SparkSession, table: str | None = None, limit: int = 50) -> l
              "blocking": r["blocking"]} for r in rows]
 
 
-def main_run(spark: SparkSession, settings: Settings, table: str, day: date | None,
-             settle_seconds: int = SETTLE_SECONDS) -> int:
-    """``lake dq run``: validate ``table`` (whole, or one UTC day) now; exit 1 if blocked."""
+def run_now(spark: SparkSession, settings: Settings, table: str, day: date | None,
+            settle_seconds: int = SETTLE_SECONDS) -> DqOutcome:
+    """``lake dq run``: validate ``table`` (whole, or one UTC day) now, recorded under a manual run id."""
     from uuid import uuid4
 
     run_id = f"manual__{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}_{uuid4().hex[:6]}"
-    outcome = check_table(spark, settings, table, run_id=run_id, dag_id="lake_dq_cli", task_id=table, day=day,
-                          settle_seconds=settle_seconds)
-    print(outcome.summary())
-    return 1 if outcome.blocked else 0
+    return check_table(spark, settings, table, run_id=run_id, dag_id="lake_dq_cli", task_id=table, day=day,
+                       settle_seconds=settle_seconds)
+
+
+def recorded_verdicts(spark: SparkSession, table: str | None) -> list[dict[str, Any]]:
+    """:func:`latest_verdicts`, or none before the first validation created the results table."""
+    return latest_verdicts(spark, table) if spark.catalog.tableExists(RESULTS_TABLE) else []
+
+
+def recorded_history(spark: SparkSession, table: str | None, limit: int) -> list[dict[str, Any]]:
+    """:func:`history`, or none before the first validation created the results table."""
+    return history(spark, table, limit) if spark.catalog.tableExists(RESULTS_TABLE) else []
 
 
 def _literal(value: str) -> str:
@@ -161,25 +167,3 @@ def _literal(value: str) -> str:
     return sql_string(value)
 
 
-def main_status(spark: SparkSession, table: str | None, as_json: bool) -> int:
-    verdicts = latest_verdicts(spark, table) if spark.catalog.tableExists(RESULTS_TABLE) else []
-    if as_json:
-        print(json.dumps({"tables": verdicts}, indent=2))
-    elif not verdicts:
-        print(f"no validations recorded in {RESULTS_TABLE}" + (f" for {table}" if table else ""))
-    else:
-        for v in verdicts:
-            print(f"{v['table']:<24} {v['verdict']:<10} {v['validated_at']}  {v['failed']}/{v['expectations']} failed"
-                  f"  run={v['run_id']}  {', '.join(v['failures'])}")
-    return 1 if any(v["verdict"] == "BLOCK" for v in verdicts) else 0
-
-
-def main_history(spark: SparkSession, table: str | None, limit: int) -> int:
-    rows = history(spark, table, limit) if spark.catalog.tableExists(RESULTS_TABLE) else []
-    for h in rows:
-        rate = "-" if h["pass_rate"] is None else f"{100 * h['pass_rate']:.1f}%"
-        print(f"{h['validated_at']}  {h['table']:<24} pass {rate:>6} ({h['passed']}/{h['expectations']})"
-              f"  blocking={h['blocking']}  run={h['run_id']}")
-    if not rows:
-        print(f"no validations recorded in {RESULTS_TABLE}" + (f" for {table}" if table else ""))
-    return 0
