@@ -56,7 +56,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _total_end_offsets(settings: Settings) -> int:
-    from spark_jobs.stream_control import kafka_end_offsets
+    from spark_jobs.streaming.control import kafka_end_offsets
 
     return sum(kafka_end_offsets(settings).values())
 
@@ -111,14 +111,14 @@ class _Driver:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from spark_jobs import stream_control
+        from spark_jobs.streaming import control
 
         if self.mode == "supervised":
-            stream_control.start(self.settings)
+            control.start(self.settings)
             return
         env = {**os.environ, "LAKE_STREAM_QUERIES": "cdc"}
         log_file = open(self.settings.run_dir / "bench-stream.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark_jobs.stream"], env=env, stdout=log_file,
+        self.proc = subprocess.Popen([sys.executable, "-m", "spark_jobs.streaming.app"], env=env, stdout=log_file,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         log.info(f"bench: streaming app (cdc only) pid {self.proc.pid}, log {log_file.name}")
 
@@ -132,10 +132,10 @@ class _Driver:
         return self.proc.pid if self.proc is not None else None
 
     def stop(self) -> None:
-        from spark_jobs import stream_control
+        from spark_jobs.streaming import control
 
         if self.mode == "supervised":
-            stream_control.stop(self.settings)
+            control.stop(self.settings)
             return
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # stops the queries after the current batch
@@ -192,9 +192,9 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
                driver: _Driver, warmup: float, async_commit: bool, connections: int) -> dict[str, Any]:
     from functools import partial
 
-    from spark_jobs import stream_control
     from spark_jobs.loadgen.cdc.runner import run
     from spark_jobs.session import build_session
+    from spark_jobs.streaming import control
 
     loadgen = partial(run, connections=connections)
 
@@ -203,12 +203,12 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     spark.sparkContext.setLogLevel("ERROR")
     driver.start()
     log.info("bench: waiting until the stream is caught up before measuring")
-    if not stream_control.wait(settings, 900):
+    if not control.wait(settings, 900):
         raise RuntimeError("stream did not catch up before the benchmark; see lake stream status")
     if warmup > 0:
         log.info(f"bench: warm-up load at {rate:.0f} changes/s for {warmup:.0f}s (not measured)")
         loadgen(settings, rate=rate, duration=warmup, seed=seed + 1000, synchronous_commit=not async_commit)
-        if not stream_control.wait(settings, 1800):
+        if not control.wait(settings, 1800):
             raise RuntimeError("stream did not catch up after the warm-up; see lake stream status")
     versions = {table: version for table, (version, _at) in _silver_heads(spark).items()}
     offsets0 = _total_end_offsets(settings)
@@ -217,7 +217,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     report = loadgen(settings, rate=rate, duration=duration, seed=seed, synchronous_commit=not async_commit)
     load_s = time.monotonic() - t0
     captured_by_end = _total_end_offsets(settings) - offsets0
-    ok = stream_control.wait(settings, 1800)
+    ok = control.wait(settings, 1800)
     applied_s = time.monotonic() - t0
     captured = _total_end_offsets(settings) - offsets0
     lat = _latencies(spark, versions)
@@ -249,7 +249,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     first_start = _first_batch_start(settings, batch_before, 900)
     driver_pid = driver.pid()
     cpu0 = cpu_snapshot(driver_pid, stream_executors_of(settings)) if driver_pid else None
-    ok2 = stream_control.wait(settings, 3600)
+    ok2 = control.wait(settings, 3600)
     drain_s = time.monotonic() - t1
     cpu = {"cpu": cpu_split(cpu0, cpu_snapshot(driver_pid, stream_executors_of(settings)))} if cpu0 and driver_pid else {}
     driver.stop()

@@ -35,11 +35,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_jobs import kafka_auth, stream_control
+from spark_jobs import kafka_auth
 from spark_jobs.bench_cdc import percentile
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
+from spark_jobs.streaming import control
 from spark_jobs.waits import poll
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
     JVM's start and the query's planning are left out, the whole catch-up is in."""
     from spark_jobs.streaming.events import FIRST_BATCH_MARKER
 
-    app_log = supervisor.log_path(settings, stream_control.PROGRAM)
+    app_log = supervisor.log_path(settings, control.PROGRAM)
 
     def first_batch_began() -> bool | None:
         with app_log.open("rb") as f:
@@ -160,7 +161,7 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
 
     if poll(first_batch_began, timeout, every=0.1) is None:
         return {}
-    pid = (supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid")
+    pid = (supervisor.program_info(settings, control.PROGRAM) or {}).get("pid")
     return cpu_snapshot(int(pid), stream_executors_of(settings)) if pid else {}
 
 
@@ -178,17 +179,17 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
     spark.sparkContext.setLogLevel("ERROR")
 
     if not skip_steady:
-        stream_control.start(settings)
-        if not stream_control.wait(settings, 900):
+        control.start(settings)
+        if not control.wait(settings, 900):
             log.error("bench events: the app did not catch up before the steady run")
             return None
         if warmup > 0:  # a driver started just before warms up (JIT, Python workers) in its first batches
             _loadgen(settings, rate, warmup, seed + WARMUP_SEED_OFFSET, work / "warmup.json")
-            if not stream_control.wait(settings, 900):
+            if not control.wait(settings, 900):
                 log.error("bench events: the app did not catch up after the warm-up")
                 return None
         steady = _loadgen(settings, rate, duration, seed, work / "steady.json")
-        if not stream_control.wait(settings, 900):
+        if not control.wait(settings, 900):
             log.error("bench events: the app did not catch up after the steady run")
             return None
         ranges = manifest_ranges(steady)
@@ -208,21 +209,21 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
         log.info(f"bench events steady: {json.dumps(results['steady'])}")
 
     if not skip_catchup:
-        stream_control.stop(settings)
+        control.stop(settings)
         # The loadgen sends exactly round(rate * duration) records.
         backlog_doc = _loadgen(settings, backlog_rate, backlog / backlog_rate, seed + 1, work / "backlog.json")
         ranges = manifest_ranges(backlog_doc)
         n_raw, raw_rate = raw_ceiling(settings, ranges)
         t0 = time.monotonic()
-        app_log = supervisor.log_path(settings, stream_control.PROGRAM)
+        app_log = supervisor.log_path(settings, control.PROGRAM)
         log_from = app_log.stat().st_size if app_log.exists() else 0
-        stream_control.start(settings)
+        control.start(settings)
         cpu_before = _at_first_batch(settings, log_from)
-        if not stream_control.wait(settings, 3600):
+        if not control.wait(settings, 3600):
             log.error("bench events: the app did not catch up with the backlog")
             return None
         wall = time.monotonic() - t0
-        pid = int((supervisor.program_info(settings, stream_control.PROGRAM) or {}).get("pid") or 0)
+        pid = int((supervisor.program_info(settings, control.PROGRAM) or {}).get("pid") or 0)
         cpu = cpu_split(cpu_before, cpu_snapshot(pid, stream_executors_of(settings))) if cpu_before else None
         rows = _ledger_rows(spark, ranges)
         rates = _rates(rows)

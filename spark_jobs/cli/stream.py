@@ -18,29 +18,29 @@ def group() -> None:
 @group.command("run")
 def run() -> int:
     """Run in the foreground (exit 3 if another driver runs the same queries)."""
-    from spark_jobs import stream
     from spark_jobs.settings import load_settings
+    from spark_jobs.streaming import app
 
-    return stream.run(load_settings())
+    return app.run(load_settings())
 
 
 @group.command("start")
 def start() -> int:
     """Start under the stack's supervisor."""
-    from spark_jobs import stream_control
     from spark_jobs.settings import load_settings
+    from spark_jobs.streaming import control
 
-    stream_control.start(load_settings())
+    control.start(load_settings())
     return 0
 
 
 @group.command("stop")
 def stop() -> int:
     """Stop it (after the current batch)."""
-    from spark_jobs import stream_control
     from spark_jobs.settings import load_settings
+    from spark_jobs.streaming import control
 
-    stream_control.stop(load_settings())
+    control.stop(load_settings())
     return 0
 
 
@@ -48,21 +48,21 @@ def stop() -> int:
 @click.option("--timeout", type=float, default=300, show_default=True, help="seconds before giving up (exit 1)")
 def wait(timeout: float) -> int:
     """Return once every committed source change is applied."""
-    from spark_jobs import stream_control
     from spark_jobs.settings import load_settings
+    from spark_jobs.streaming import control
 
     with progress.remaining("stream wait (records applied)") as left:
-        return 0 if stream_control.wait(load_settings(), timeout, progress=left) else 1
+        return 0 if control.wait(load_settings(), timeout, progress=left) else 1
 
 
 @group.command("status")
 @json_option()
 def status(as_json: bool) -> int:
     """Per table: last batch, Kafka lag, age of newest applied change; exit 1 if the app is not running."""
-    from spark_jobs import stream_control
     from spark_jobs.settings import load_settings
+    from spark_jobs.streaming import control
 
-    rep = stream_control.report(load_settings())
+    rep = control.report(load_settings())
     if as_json:
         click.echo(json.dumps(rep, indent=2))
         return 0 if rep["running"] else 1

@@ -4,7 +4,7 @@ Schema types mirror PostgreSQL: bigint -> long, integer -> int,
 numeric(p,s) -> decimal(p,s), timestamptz -> timestamp (UTC), text/char/jsonb
 -> string (jsonb kept as its JSON text). A column added in PostgreSQL later is
 added to the silver table by the streaming app; the table's schema then is the
-contract's superset (see spark_jobs.stream).
+contract's superset (see spark_jobs.streaming.app).
 """
 
 from __future__ import annotations

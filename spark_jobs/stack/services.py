@@ -427,7 +427,7 @@ def stream_program(settings: Settings) -> Program:
     # Signalling the group killed the JVM under the driver, which then failed mid-batch (exit 1).
     # start_secs: Spark's start and the first batch's planning; a driver that fails on its checkpoint, the
     # catalog or Kafka does so within it. A SIGKILLed driver that had run longer is restarted (the kill tests).
-    return Program(name="stream", command=[sys.executable, "-m", "spark_jobs.stream"],
+    return Program(name="stream", command=[sys.executable, "-m", "spark_jobs.streaming.app"],
                    env=base_env(settings), stop_wait=120, stop_as_group=False, start_secs=45)
 
 

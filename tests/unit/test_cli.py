@@ -62,7 +62,7 @@ def test_every_command_prints_generated_help(path: tuple[str, ...], command: cli
             assert name in out
 
 
-@pytest.mark.parametrize("module", ["spark_jobs.stream", "spark_jobs.quality.docs_server",
+@pytest.mark.parametrize("module", ["spark_jobs.streaming.app", "spark_jobs.quality.docs_server",
                                     "spark_jobs.jobs.demo_summary", "spark_jobs.jobs.smoke"])
 def test_programs_run_outside_lake_have_help_too(module: str) -> None:
     """The supervised programs, make demo's summary and the DAG's spark-submit file parse options with Click."""
@@ -125,10 +125,11 @@ def test_gold_build_names_a_bad_day(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_command_results_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """A command's return value is lake's exit code (``lake stream wait`` times out: 1)."""
-    from spark_jobs import settings, stream_control
+    from spark_jobs import settings
+    from spark_jobs.streaming import control
 
     monkeypatch.setattr(settings, "load_settings", lambda: object())
-    monkeypatch.setattr(stream_control, "wait", lambda s, timeout, progress=None: timeout > 5)
+    monkeypatch.setattr(control, "wait", lambda s, timeout, progress=None: timeout > 5)
     assert cli.main(["stream", "wait", "--timeout", "1"]) == 1
     assert cli.main(["stream", "wait", "--timeout", "10"]) == 0
 
@@ -137,14 +138,15 @@ def test_with_json_stdout_holds_only_the_json(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from spark_jobs import settings, stream_control
+    from spark_jobs import settings
+    from spark_jobs.streaming import control
 
     def report(settings: object) -> dict[str, Any]:
-        logging.getLogger("spark_jobs.stream_control").info("reading the status files")
+        logging.getLogger("spark_jobs.streaming.control").info("reading the status files")
         return {"running": True, "pid": 1, "last_batch": 3, "committed_at": None, "tables": {}}
 
     monkeypatch.setattr(settings, "load_settings", lambda: object())
-    monkeypatch.setattr(stream_control, "report", report)
+    monkeypatch.setattr(control, "report", report)
     assert cli.main(["stream", "status", "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["last_batch"] == 3 and err == "reading the status files\n"

@@ -128,4 +128,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main(prog_name="python -m spark_jobs.stream")
+    main(prog_name="python -m spark_jobs.streaming.app")
