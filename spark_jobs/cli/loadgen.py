@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import time
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
@@ -50,6 +52,20 @@ def cdc(rate: float, duration: float, seed: int, max_changes: int | None, async_
     return 0
 
 
+def _check_writable(path: Path) -> None:
+    folder = _existing(path.parent)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        who = pwd.getpwuid(os.geteuid()).pw_name
+        raise ValueError(f"--manifest {path}: OS user {who} cannot write to {folder} (started by root, lake runs as "
+                         "the service user LAKE_SERVICE_USER); choose a folder it can write, e.g. under the state dir")
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 @group.command("events")
 @click.option("--rate", type=float, required=True, help="records per second")
 @click.option("--duration", type=float, required=True, help="seconds; the run sends round(rate*duration) records")
@@ -86,6 +102,8 @@ def events(rate: float, duration: float, seed: int, late: float, dup: float, bad
         else:
             user_ids = load_users(settings)
         generator = ClickstreamGenerator(seed, user_ids, late=late, dup=dup, bad=bad)
+        if manifest is not None:
+            _check_writable(manifest)  # before sending anything: a manifest that cannot be written loses the run
         ensure_topic(settings, topic, partitions, config=events_topic_config(settings))
         producer = EventProducer(settings, topic, client_id="lake-loadgen-events")
         click.echo(f"loadgen events: {rate:g} records/s for {duration:g}s, seed {seed}, {len(user_ids)} users -> "

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date
@@ -37,6 +38,15 @@ def run_lake(*args: str, env: dict[str, str] | None = None, timeout: float = 600
         raise AssertionError(
             f"lake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def lake_output_dir(settings: Settings, name: str) -> Path:
+    """A new folder for files a ``lake`` command writes (``--manifest``). Started by root, ``lake`` runs as the
+    service user (spark_jobs.stack.service_user), who cannot write into pytest's private tmp dirs; the state
+    dir is its own (``lake`` gives it what root created there)."""
+    path = settings.state_dir / "test-output" / f"{name}-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    return path
 
 
 def lake_sql(query: str, timeout: float = 600) -> list[dict[str, Any]]:

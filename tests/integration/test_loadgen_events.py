@@ -21,7 +21,7 @@ from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import check_record, parse_event_time
 from spark_jobs.loadgen.events import BAD_KINDS, LATE_SPLIT_S, event_ids_digest
 from spark_jobs.settings import Settings, load_settings
-from tests.integration.lakehelpers import run_lake
+from tests.integration.lakehelpers import lake_output_dir, run_lake
 
 ARGS = ("--rate", "2000", "--duration", "5", "--seed", "7", "--late", "0.05", "--dup", "0.05", "--bad", "0.04")
 
@@ -93,8 +93,8 @@ def consume(settings: Settings, topic: str, ranges: dict[str, list[int]]) -> lis
 
 
 @pytest.fixture(scope="module")
-def first_run(kafka: Settings, topics: list[str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    return loadgen(kafka, topics, tmp_path_factory.mktemp("loadgen-events"))
+def first_run(kafka: Settings, topics: list[str]) -> tuple[dict[str, Any], str]:
+    return loadgen(kafka, topics, lake_output_dir(kafka, "loadgen-events"))
 
 
 def test_manifest_matches_what_kafka_holds(kafka: Settings, first_run: tuple[dict[str, Any], str]) -> None:
@@ -143,9 +143,8 @@ def test_manifest_matches_what_kafka_holds(kafka: Settings, first_run: tuple[dic
     assert m["first_produce_time"] <= m["last_produce_time"]
 
 
-def test_same_seed_same_event_ids(kafka: Settings, topics: list[str], first_run: tuple[dict[str, Any], str],
-                                  tmp_path: Path) -> None:
-    again, _ = loadgen(kafka, topics, tmp_path)
+def test_same_seed_same_event_ids(kafka: Settings, topics: list[str], first_run: tuple[dict[str, Any], str]) -> None:
+    again, _ = loadgen(kafka, topics, lake_output_dir(kafka, "loadgen-events"))
     first = first_run[0]
     assert again["event_ids_sha256"] == first["event_ids_sha256"]
     for key in ("total_sent", "valid_unique", "late", "late_lt_10m", "late_ge_10m", "duplicates", "bad"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import click
@@ -234,3 +235,13 @@ def test_shell_completion_offers_commands_and_options(monkeypatch: pytest.Monkey
 
     assert complete("lake st") == ["stack", "stream"]
     assert complete("lake loadgen events --ra") == ["--rate"]
+
+
+def test_a_manifest_the_user_cannot_write_is_refused_before_the_load(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    import importlib
+
+    loadgen = importlib.import_module("spark_jobs.cli.loadgen")  # the package's `loadgen` attribute is the group
+    monkeypatch.setattr(loadgen.os, "access", lambda path, mode: False)
+    with pytest.raises(ValueError, match=r"--manifest .*m\.json: OS user \w+ cannot write to .*LAKE_SERVICE_USER"):
+        loadgen._check_writable(tmp_path / "sub" / "m.json")
