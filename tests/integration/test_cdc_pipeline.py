@@ -50,7 +50,8 @@ def test_initial_snapshot_reaches_silver(cdc: Settings) -> None:
     assert _silver_count("SELECT count(*) FROM silver.customers WHERE customer_id IN (1, 2, 3)") == 3
 
 
-@pytest.mark.parametrize("seed", [11, 22, 33])
+# Two seeds (each a different random mix of every operation): a third added ~45 s and no path the two miss.
+@pytest.mark.parametrize("seed", [11, 22])
 def test_silver_equals_postgres_after_seeded_load(cdc: Settings, seed: int) -> None:
     report = run_loadgen(cdc, rate=400, duration=8, seed=seed)
     assert report.total_changes > 500
@@ -70,8 +71,8 @@ def test_a_second_driver_is_refused_naming_the_running_one(cdc: Settings) -> Non
 
 def test_streaming_driver_sigkilled_during_load(cdc: Settings) -> None:
     rng = random.Random(7)
-    load = load_in_background(cdc, seed=44, seconds=60)
-    for _ in range(3):
+    load = load_in_background(cdc, seed=44, seconds=45)
+    for _ in range(2):  # the second kill hits a driver that is recovering from the first
         time.sleep(rng.uniform(8, 20))
         pid = kill_program(cdc, "stream")
         wait_running(cdc, "stream", pid)
