@@ -151,10 +151,11 @@ def test_same_seed_same_event_ids(kafka: Settings, topics: list[str], first_run:
         assert again[key] == first[key], key
 
 
-def test_unreachable_kafka_names_the_address(tmp_path: Path) -> None:
+def test_unreachable_kafka_names_the_address() -> None:
+    manifest = lake_output_dir(load_settings(), "loadgen-events") / "m.json"
     proc = run_lake("loadgen", "events", "--", "--rate", "10", "--duration", "1", "--users", "5",
-                    "--manifest", str(tmp_path / "m.json"), env={"LAKE_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+                    "--manifest", str(manifest), env={"LAKE_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
                     check=False, timeout=120)
     assert proc.returncode == 2
     assert "Kafka at 127.0.0.1:1" in proc.stderr and "lake stack up" in proc.stderr
-    assert not (tmp_path / "m.json").exists()
+    assert not manifest.exists()
