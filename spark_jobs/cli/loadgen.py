@@ -53,17 +53,13 @@ def cdc(rate: float, duration: float, seed: int, max_changes: int | None, async_
 
 
 def _check_writable(path: Path) -> None:
-    folder = _existing(path.parent)
+    from spark_jobs.stack.service_user import nearest_existing
+
+    folder = nearest_existing(path.parent)
     if not os.access(folder, os.W_OK | os.X_OK):
         who = pwd.getpwuid(os.geteuid()).pw_name
         raise ValueError(f"--manifest {path}: OS user {who} cannot write to {folder} (started by root, lake runs as "
                          "the service user LAKE_SERVICE_USER); choose a folder it can write, e.g. under the state dir")
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 @group.command("events")

@@ -53,7 +53,8 @@ def _reachable(user: str, path: Path, mode: str) -> bool:
     return proc.returncode == 0
 
 
-def _existing(path: Path) -> Path:
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists (whose permissions decide whether it can be created)."""
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
@@ -70,7 +71,7 @@ def plan(settings: Settings, euid: int | None = None) -> Switch:
     venv = Path(sys.executable).parent
     needs = [(REPO_ROOT, "r", "the checkout"), (venv / "python", "x", "the venv's python"),
              (settings.cache_dir, "r", "the artifact cache (LAKE_CACHE_DIR)"),
-             (_existing(settings.state_dir.parent), "x", "the state dir's parent folder (LAKE_STATE_DIR)")]
+             (nearest_existing(settings.state_dir.parent), "x", "the state dir's parent folder (LAKE_STATE_DIR)")]
     for path, mode, what in needs:
         if path.exists() and not _reachable(name, path, mode):
             return Switch(None, reason=f"OS user {name} cannot reach {what} at {path}; make it reachable (chmod o+x "
