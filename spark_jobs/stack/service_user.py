@@ -84,14 +84,13 @@ def plan(settings: Settings, euid: int | None = None) -> Switch:
 
 def _root_daemon(settings: Settings) -> bool:
     """A supervisord of this state dir runs as root (started before the switch existed): only root can stop it."""
+    from spark_jobs.stack import supervisor
+
     try:
-        pid = int((settings.run_dir / "supervisord.pid").read_text().strip())
-        status = Path(f"/proc/{pid}/status").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        pid = int(supervisor.pid_path(settings).read_text().strip())
+        return supervisor.is_supervisord(pid) and Path(f"/proc/{pid}").stat().st_uid == 0
     except (OSError, ValueError):
         return False
-    uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "")
-    return b"supervisord" in cmdline and uid == "0"
 
 
 def _chown_tree(root: Path, uid: int, gid: int, skip: tuple[str, ...] = ()) -> int:

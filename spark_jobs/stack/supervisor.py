@@ -155,7 +155,7 @@ def daemon_pid(settings: Settings) -> int | None:
         pid = int(pidfile.read_text().strip())
     except ValueError:
         pid = -1
-    alive = pid > 0 and _is_supervisord(pid)
+    alive = pid > 0 and is_supervisord(pid)
     if not alive:
         log.info(f"  removing stale supervisord pid file {pidfile} (pid {pid} is not running)")
         pidfile.unlink(missing_ok=True)
@@ -164,7 +164,7 @@ def daemon_pid(settings: Settings) -> int | None:
     return pid
 
 
-def _is_supervisord(pid: int) -> bool:
+def is_supervisord(pid: int) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
@@ -327,7 +327,7 @@ def shutdown(settings: Settings, timeout: float = 120) -> None:
     except (OSError, xmlrpc.client.Error):
         os.kill(pid, signal.SIGTERM)
     alive = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.3), retry=retry_if_result(bool),
-                     retry_error_callback=lambda rs: True)(_is_supervisord, pid)
+                     retry_error_callback=lambda rs: True)(is_supervisord, pid)
     if alive:
         raise StackError(f"supervisord (pid {pid}) did not exit within {timeout:.0f}s; see {settings.log_dir}")
     pid_path(settings).unlink(missing_ok=True)
