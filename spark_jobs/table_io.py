@@ -48,6 +48,8 @@ def checkpoint_location(settings: Settings, query: str) -> str:
 def ensure_database(spark: SparkSession, settings: Settings, db: str) -> None:
     if db not in LAYERS:
         raise ValueError(f"{db!r} is not a lake layer ({', '.join(LAYERS)})")
+    if spark.catalog.databaseExists(db):  # a metastore lookup; CREATE ... IF NOT EXISTS also checks the store
+        return
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{database_location(settings, db)}'")
 
 
@@ -66,6 +68,22 @@ def replace_partition(df: DataFrame, settings: Settings, name: str, predicate: s
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.saveAsTable(name)
+
+
+def replace_or_append(df: DataFrame, settings: Settings, name: str, predicate: str) -> None:
+    """:func:`replace_partition`, but a blind append while no row of ``name`` matches ``predicate`` yet.
+
+    For tables many tasks write at once, each its own key (``ops.dq_results``): Delta checks a ``replaceWhere``
+    against every file committed meanwhile, and on a table not partitioned by that key, two tasks' first
+    writes conflicted and retried (24 retries, 2-6 s each, in one ``make test``). A blind append reads
+    nothing, so it never conflicts with another task's write; a re-run of the same key still replaces its
+    rows. Safe only when one writer at a time owns a key (one Airflow task attempt).
+    """
+    spark = df.sparkSession
+    if spark.catalog.tableExists(name) and not spark.table(name).where(predicate).limit(1).collect():
+        df.write.format("delta").mode("append").saveAsTable(name)
+        return
+    replace_partition(df, settings, name, predicate)
 
 
 def replace_table(df: DataFrame, settings: Settings, name: str, metadata: str | None = None) -> None:

@@ -1,7 +1,8 @@
 """Where validations land: ``ops.dq_results`` (one row per expectation) and ``quarantine.dq_<table>`` (rows moved).
 
 Both writes are idempotent per (run_id, table, task): a retry or a cleared task
-replaces its own rows (Delta ``replaceWhere`` through :mod:`spark_jobs.table_io`).
+replaces its own rows (Delta ``replaceWhere`` through :mod:`spark_jobs.table_io`); a first write of
+``ops.dq_results`` is a blind append, which cannot conflict with other tasks' writes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 
 from spark_jobs.quality.outcome import EXPECTATIONS_COLUMN, DqOutcome
 from spark_jobs.quality.params import utc_micros
-from spark_jobs.table_io import replace_partition
+from spark_jobs.table_io import replace_or_append, replace_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,7 +80,7 @@ def _with_retries(write: Callable[[], None]) -> None:
 def write_results(spark: SparkSession, settings: Settings, outcome: DqOutcome) -> None:
     """Replace this (run_id, table, task)'s rows of ``ops.dq_results`` with one row per expectation."""
     frame = spark.createDataFrame(results_rows(outcome), results_schema())
-    _with_retries(lambda: replace_partition(frame, settings, RESULTS_TABLE, _scope(outcome)))
+    _with_retries(lambda: replace_or_append(frame, settings, RESULTS_TABLE, _scope(outcome)))
 
 
 def quarantine_frame(outcome: DqOutcome, quarantined: DataFrame) -> DataFrame:

@@ -46,7 +46,7 @@ from spark_jobs.silver.cdc import POSITION_COLUMNS, added_columns, quote_ident
 from spark_jobs.streaming.common import (
     Maintenance,
     bronze_schema,
-    create_table,
+    create_tables,
     ensure_log_output,
     log_batch,
     once_writer,
@@ -140,24 +140,23 @@ class CdcApp:
             ensure_database(self.spark, self.settings, db)
         meta_types = {"_op": StringType(), "_snapshot_rank": IntegerType(), "_commit_lsn": LongType(),
                       "_change_lsn": LongType(), "_source_ts": TimestampType(), "_extra": StringType()}
+        views = {r["viewName"] for r in self.spark.sql("SHOW VIEWS IN silver").collect()}
+        tables: list[tuple[str, StructType]] = []
         for contract in CDC_TABLES.values():
-            self._refuse_old_layout(contract)
-            create_table(self.spark, self.settings, contract.bronze, bronze_schema())
-            silver_schema = StructType([*contract.schema.fields,
-                                        *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])
-            create_table(self.spark, self.settings, contract.silver, silver_schema)
-            deleted_schema = StructType([*[contract.schema[k] for k in contract.keys],
-                                         *[StructField(c, meta_types[c]) for c in POSITION_COLUMNS]])
+            self._refuse_old_layout(contract, views)
+            tables.append((contract.bronze, bronze_schema()))
+            tables.append((contract.silver, StructType([
+                *contract.schema.fields, *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])))
             # Delete markers: append-only (no MERGE), so no table properties needed.
-            create_table(self.spark, self.settings, contract.deleted, deleted_schema)
-        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
+            tables.append((contract.deleted, StructType([
+                *[contract.schema[k] for k in contract.keys], *[StructField(c, meta_types[c]) for c in POSITION_COLUMNS]])))
+        tables.append((QUARANTINE, quarantine_schema()))
+        create_tables(self.spark, self.settings, tables)
 
-    def _refuse_old_layout(self, contract: CdcTable) -> None:
+    @staticmethod
+    def _refuse_old_layout(contract: CdcTable, silver_views: set[str]) -> None:
         """Stop, naming the fix, on a ``silver.<t>`` view (the merge-on-read layout before silver was a table)."""
-        if not self.spark.catalog.tableExists(contract.silver):
-            return
-        kind = self.spark.catalog.getTable(contract.silver).tableType
-        if kind.upper() == "VIEW":
+        if contract.silver.partition(".")[2] in silver_views:
             raise RuntimeError(
                 f"{contract.silver} is a view over {contract.silver}__base and __changes (the merge-on-read "
                 "layout before silver became one Delta table) and there is no in-place upgrade before 1.0; "

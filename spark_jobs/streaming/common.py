@@ -94,27 +94,51 @@ def quarantine_schema() -> StructType:
     ])
 
 
-def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType) -> None:
+def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
+                 exists: bool | None = None) -> None:
     """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, partitioned and with the properties
     the table registry (:mod:`spark_jobs.contracts.tables`) declares; properties missing on a table that exists
-    (one created by an older version) are set."""
+    (one created by an older version) are set. ``exists``, when the caller listed the catalog: True skips the
+    CREATE (a no-op on an existing table that still loads its snapshot), False the check of its properties."""
     from delta.tables import DeltaTable
 
     entry = lake_table(name)
-    builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
-               .location(table_location(settings, name)))
-    if entry.partitioned_by:
-        builder = builder.partitionedBy(*entry.partitioned_by)
-    for k, v in entry.properties.items():
-        builder = builder.property(k, v)
-    builder.execute()
-    if entry.properties:
+    if exists is not True:
+        builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
+                   .location(table_location(settings, name)))
+        if entry.partitioned_by:
+            builder = builder.partitionedBy(*entry.partitioned_by)
+        for k, v in entry.properties.items():
+            builder = builder.property(k, v)
+        builder.execute()
+    if entry.properties and exists is not False:
         detail = DeltaTable.forName(spark, name).detail().select("properties").head()
         current = (detail[0] if detail else None) or {}
         missing = {k: v for k, v in entry.properties.items() if current.get(k) != v}
         if missing:
             spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ("
                       + ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items())) + ")")
+
+
+def catalog_tables(spark: SparkSession, databases: Sequence[str]) -> set[str]:
+    """``db.table`` names (tables and views) the catalog holds in ``databases``: one metastore call per database."""
+    return {f"{db}.{r['tableName']}" for db in databases for r in spark.sql(f"SHOW TABLES IN {db}").collect()}
+
+
+def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[tuple[str, StructType]],
+                  workers: int = 8) -> None:
+    """:func:`create_table` for each of ``tables``, a few at once.
+
+    A start of the streaming app ensures ~20 tables; one at a time, each loading its Delta snapshot from the
+    object store, that was ~50 s of every (re)start after a crash (py-spy; docs/benchmarks.md). The calls wait
+    on MinIO and the metastore, not on CPU, so they overlap even on 2 cores.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    existing = catalog_tables(spark, sorted({name.partition(".")[0] for name, _ in tables}))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="create-table") as pool:
+        # list(): the first failure is raised here.
+        list(pool.map(lambda t: create_table(spark, settings, t[0], t[1], exists=t[0] in existing), tables))
 
 
 def once_writer(frame: DataFrame, table: str, app_id: str, batch_id: int) -> DataFrameWriter:

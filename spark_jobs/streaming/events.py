@@ -54,7 +54,7 @@ from spark_jobs.silver.events import checked_schema, valid_events
 from spark_jobs.streaming.common import (
     Maintenance,
     bronze_schema,
-    create_table,
+    create_tables,
     ensure_log_output,
     log_batch,
     once_writer,
@@ -126,18 +126,16 @@ class EventsApp:
 
         for db in ("bronze", "silver", "hot", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
-        create_table(self.spark, self.settings, BRONZE, bronze_schema())
         empty = self.spark.createDataFrame([], StructType([*checked_schema().fields,
                                                            StructField("ingest_time", bronze_schema()["ingest_time"]
                                                                        .dataType)]))
         silver = StructType([*valid_events(empty).schema.fields, StructField("_late", BooleanType()),
                              StructField("_batch_id", LongType())])
-        create_table(self.spark, self.settings, SILVER, _nullable(silver))
-        create_table(self.spark, self.settings, QUARANTINE, quarantine_schema())
+        create_tables(self.spark, self.settings, [
+            (BRONZE, bronze_schema()), (SILVER, _nullable(silver)), (QUARANTINE, quarantine_schema()),
+            *[(view.table, hot_schema(view)) for view in HOT_VIEWS], (LEDGER, ledger_schema())])
         for view in HOT_VIEWS:
-            create_table(self.spark, self.settings, view.table, hot_schema(view))
             self.hot_tables[view.table] = DriverTable(self.settings, view.table)
-        create_table(self.spark, self.settings, LEDGER, ledger_schema())
         self.ledger = DriverTable(self.settings, LEDGER)
 
     # -- one micro-batch ---------------------------------------------------------------

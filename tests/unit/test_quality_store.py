@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +51,37 @@ def test_other_errors_and_the_last_attempt_are_raised(monkeypatch: pytest.Monkey
     with pytest.raises(UnknownException, match="DELTA_PROTOCOL_CHANGED"):
         store._with_retries(write)
     assert len(calls) == store.WRITE_ATTEMPTS
+
+
+def _outcome(spark: Any, run_id: str, task_id: str, expectations: list[str]) -> Any:
+    from datetime import UTC, datetime
+
+    from spark_jobs.quality.outcome import DqOutcome, ExpectationResult
+
+    results = [ExpectationResult(table=f"gold.{task_id}", expectation=e, expectation_type="t", severity="warn",
+                                 success=True, observed_value=None, unexpected_count=0, unexpected_sample="[]")
+               for e in expectations]
+    return DqOutcome(table=f"gold.{task_id}", interval=None, run_id=run_id, dag_id="d", task_id=task_id,
+                     validated_at=datetime(2026, 1, 1, tzinfo=UTC), results=results, passed=spark.range(1),
+                     quarantined=None, blocked=False)
+
+
+def test_first_write_of_a_scope_appends_blindly_and_a_rerun_replaces_its_rows(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs.settings import load_settings
+
+    monkeypatch.setattr("spark_jobs.table_io.database_location", lambda settings, db: f"file://{tmp_path}/{db}")
+    settings = load_settings()
+    spark.sql(f"DROP TABLE IF EXISTS {store.RESULTS_TABLE}")
+    store.write_results(spark, settings, _outcome(spark, "r1", "fct_orders", ["a", "b"]))  # creates the table
+    store.write_results(spark, settings, _outcome(spark, "r1", "fct_daily_sales", ["a", "b", "c"]))
+    store.write_results(spark, settings, _outcome(spark, "r1", "fct_orders", ["a"]))  # a cleared task re-runs
+
+    history = spark.sql(f"DESCRIBE HISTORY {store.RESULTS_TABLE}").orderBy("version").collect()
+    # Another task's first write reads nothing, so it cannot conflict with a concurrent commit: a blind append.
+    assert [(h["operation"], h["isBlindAppend"]) for h in history][1] == ("WRITE", True)
+    assert history[2]["operationParameters"]["mode"] == "Overwrite"  # the re-run replaced its own rows
+    rows = spark.table(store.RESULTS_TABLE).select("task_id", "expectation").collect()
+    assert sorted((r[0], r[1]) for r in rows) == [("fct_daily_sales", "a"), ("fct_daily_sales", "b"),
+                                                   ("fct_daily_sales", "c"), ("fct_orders", "a")]
+    spark.sql(f"DROP TABLE {store.RESULTS_TABLE}")
