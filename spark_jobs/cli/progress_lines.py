@@ -50,6 +50,8 @@ def go_line(line: str) -> tuple[Kind, str]:
 
 @dataclass(frozen=True)
 class Tool:
+    """How one tool's output reads: which lines are progress, and what is printed of them off a terminal."""
+
     classify: Callable[[str], tuple[Kind, str]]
     #: Off a terminal: the line to print for the n-th progress line (``count`` or ``aux``), or None.
     plain: Callable[[int, str], str | None]
@@ -59,7 +61,7 @@ class Tool:
 
 TOOLS: dict[str, Tool] = {
     "maven": Tool(maven_line, lambda n, text: text, "artifacts downloaded"),
-    # As setup's awk before: every line counted, one line per GO_EVERY.
+    # As setup's awk before: a line per GO_EVERY lines of progress (packages and module downloads).
     "go": Tool(go_line, lambda n, text: f"  ... {n} packages compiled" if n % GO_EVERY == 0 else None,
                "packages compiled", "modules downloaded"),
 }
@@ -86,7 +88,7 @@ def follow(lines: Iterable[str], tool: Tool, *, terminal: bool, label: str = "",
                     second = bar.add_task(_describe(label, tool.aux), total=None)
                 bar.update(second, completed=aux)
             elif kind == "show":
-                bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+                bar.console.print(text, markup=False, emoji=False, highlight=False, soft_wrap=True)
     done = ", ".join(f"{n} {what}" for n, what in ((counted, tool.counted), (aux, tool.aux)) if n)
     if done:
         click.echo(f"  {done} in {time.monotonic() - started:.0f}s", file=out)
