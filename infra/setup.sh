@@ -89,7 +89,8 @@ resolve() {  # group, maven goal args...
   fi
   rm -rf "$dest" "$CACHE/jars/.markers-$group"; mkdir -p "$dest"
   echo "resolving $group artifacts from Maven Central into $dest (cached in ~/.m2)"
-  "${MVN[@]}" -f "$pom" "$@" | grep -E "Downloaded from|BUILD|ERROR" | sed -E 's/^\[INFO\] //' | awk '{print "  " $0}' || true
+  # A bar of the downloads on a terminal; otherwise the "Downloaded from", BUILD and ERROR lines (CI logs).
+  "${MVN[@]}" -f "$pom" "$@" | "$VENV/bin/python" -m spark_jobs.cli.progress_lines maven --label "$group" || true
   [ "$(ls -A "$dest")" ] || die "Maven resolved nothing for $group; see the output above (is Maven Central reachable?)"
   echo "$want" > "$dest/.lake-stamp"
 }
@@ -106,8 +107,13 @@ if [ -x "$bin" ] && [ "$(cat "$bin.version" 2>/dev/null)" = "$MINIO_VERSION" ]; 
 else
   mkdir -p "$CACHE/bin"
   echo "building from the Go module proxy (first time ~5 min on 2 cores; cached in ~/go and ~/.cache/go-build)"
+  # The bar's total, when the module's source is already in Go's module cache (~1 s; an upper bound: packages
+  # still in the build cache are not compiled again). Without it the bar counts up with no total.
+  total="$(cd "$(go env GOMODCACHE)/$MINIO_MODULE@$MINIO_VERSION" 2>/dev/null \
+    && GOFLAGS=-mod=mod go list -deps . 2>/dev/null | wc -l)" || total=""
+  # A bar on a terminal; otherwise a line per 50 packages (CI logs). Compile errors are printed either way.
   GOBIN="$CACHE/bin" GOFLAGS=-mod=mod go install -v "$MINIO_MODULE@$MINIO_VERSION" 2>&1 \
-    | awk 'NR % 50 == 0 {printf "  ... %d packages compiled\n", NR; fflush()}'
+    | "$VENV/bin/python" -m spark_jobs.cli.progress_lines go --label MinIO ${total:+--total "$total"}
   [ -x "$bin" ] || die "go install $MINIO_MODULE@$MINIO_VERSION produced no binary"
   echo "$MINIO_VERSION" > "$bin.version"
 fi

@@ -37,6 +37,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
@@ -45,6 +48,36 @@ from spark_jobs.settings import Settings
 from spark_jobs.waits import poll
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _no_timed(description: str, seconds: float) -> Iterator[None]:
+    yield
+
+
+@contextmanager
+def _no_remaining(description: str) -> Iterator[Callable[[int], None]]:
+    yield lambda n: None
+
+
+@dataclass(frozen=True)
+class Bars:
+    """Progress bars for a bench's phases, given by the CLI (spark_jobs.cli.progress); none by default.
+
+    ``timed(description, seconds)`` wraps a paced load of known duration; ``remaining(description)`` yields
+    ``left(n)``, called with the records still to apply while the stream catches up.
+    """
+
+    timed: Callable[[str, float], AbstractContextManager[None]] = _no_timed
+    remaining: Callable[[str], AbstractContextManager[Callable[[int], None]]] = _no_remaining
+
+
+#: No bars: the benches' default (library callers, tests).
+NO_BARS = Bars()
+
+
+#: Seconds the bench waits after the backlog load for Debezium to flush it into Kafka.
+_FLUSH_S = 15
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -149,10 +182,12 @@ class _Driver:
 
 def bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
               driver_mode: str = "supervised", warmup: float = 60, async_commit: bool = False,
-              connections: int = DEFAULT_CONNECTIONS) -> dict[str, Any]:
+              connections: int = DEFAULT_CONNECTIONS, bars: Bars = NO_BARS) -> dict[str, Any]:
+    """Run the bench (module docstring) and return its figures; ``bars`` shows its phases."""
     driver = _Driver(settings, driver_mode)
     try:
-        return _bench_cdc(settings, rate, duration, backlog_seconds, seed, driver, warmup, async_commit, connections)
+        return _bench_cdc(settings, rate, duration, backlog_seconds, seed, driver, warmup, async_commit, connections,
+                          bars)
     finally:
         if driver_mode == "own":
             driver.stop()  # never leave our child driver running
@@ -189,7 +224,7 @@ def _silver_query_seconds(spark: Any, runs: int = 3) -> dict[str, Any]:
 
 
 def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds: float, seed: int,
-               driver: _Driver, warmup: float, async_commit: bool, connections: int) -> dict[str, Any]:
+               driver: _Driver, warmup: float, async_commit: bool, connections: int, bars: Bars) -> dict[str, Any]:
     from functools import partial
 
     from spark_jobs.loadgen.cdc.runner import run
@@ -198,26 +233,32 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
 
     loadgen = partial(run, connections=connections)
 
+    def caught_up(description: str, timeout: float) -> bool:
+        with bars.remaining(f"bench cdc: {description} (records to apply)") as left:
+            return control.wait(settings, timeout, progress=left)
+
     _require_running_connector(settings)
     spark = build_session(settings, "lake-bench")
     spark.sparkContext.setLogLevel("ERROR")
     driver.start()
     log.info("bench: waiting until the stream is caught up before measuring")
-    if not control.wait(settings, 900):
+    if not caught_up("catching up before measuring", 900):
         raise RuntimeError("stream did not catch up before the benchmark; see lake stream status")
     if warmup > 0:
         log.info(f"bench: warm-up load at {rate:.0f} changes/s for {warmup:.0f}s (not measured)")
-        loadgen(settings, rate=rate, duration=warmup, seed=seed + 1000, synchronous_commit=not async_commit)
-        if not control.wait(settings, 1800):
+        with bars.timed("bench cdc: warm-up load", warmup):
+            loadgen(settings, rate=rate, duration=warmup, seed=seed + 1000, synchronous_commit=not async_commit)
+        if not caught_up("catch-up after the warm-up", 1800):
             raise RuntimeError("stream did not catch up after the warm-up; see lake stream status")
     versions = {table: version for table, (version, _at) in _silver_heads(spark).items()}
     offsets0 = _total_end_offsets(settings)
     t0 = time.monotonic()
     log.info(f"bench: steady load at {rate:.0f} changes/s for {duration:.0f}s")
-    report = loadgen(settings, rate=rate, duration=duration, seed=seed, synchronous_commit=not async_commit)
+    with bars.timed("bench cdc: steady load", duration):
+        report = loadgen(settings, rate=rate, duration=duration, seed=seed, synchronous_commit=not async_commit)
     load_s = time.monotonic() - t0
     captured_by_end = _total_end_offsets(settings) - offsets0
-    ok = control.wait(settings, 1800)
+    ok = caught_up("applying the steady load", 1800)
     applied_s = time.monotonic() - t0
     captured = _total_end_offsets(settings) - offsets0
     lat = _latencies(spark, versions)
@@ -239,18 +280,21 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     log.info(f"bench: building a backlog for {backlog_seconds:.0f}s with the stream stopped")
     driver.stop()
     before = _total_end_offsets(settings)
-    loadgen(settings, rate=1_000_000, duration=backlog_seconds, seed=seed + 1, synchronous_commit=not async_commit)
-    time.sleep(15)  # let Debezium flush the backlog into Kafka
+    with bars.timed("bench cdc: backlog build", backlog_seconds):
+        loadgen(settings, rate=1_000_000, duration=backlog_seconds, seed=seed + 1, synchronous_commit=not async_commit)
+    with bars.timed("bench cdc: Debezium flushes the backlog into Kafka", _FLUSH_S):
+        time.sleep(_FLUSH_S)
     backlog = _total_end_offsets(settings) - before
     last = _cdc_status(settings).get("batch_id")
     batch_before = int(last) if last is not None else None
-    t1 = time.monotonic()
-    driver.start()
-    first_start = _first_batch_start(settings, batch_before, 900)
-    driver_pid = driver.pid()
-    cpu0 = cpu_snapshot(driver_pid, stream_executors_of(settings)) if driver_pid else None
-    ok2 = control.wait(settings, 3600)
-    drain_s = time.monotonic() - t1
+    with bars.remaining("bench cdc: catch-up of the backlog (records to apply)") as left:
+        t1 = time.monotonic()
+        driver.start()
+        first_start = _first_batch_start(settings, batch_before, 900)
+        driver_pid = driver.pid()
+        cpu0 = cpu_snapshot(driver_pid, stream_executors_of(settings)) if driver_pid else None
+        ok2 = control.wait(settings, 3600, progress=left)
+        drain_s = time.monotonic() - t1
     cpu = {"cpu": cpu_split(cpu0, cpu_snapshot(driver_pid, stream_executors_of(settings)))} if cpu0 and driver_pid else {}
     driver.stop()
     # The backlog is applied when the last silver commit holding it lands: with the loadgen stopped, no

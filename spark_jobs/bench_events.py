@@ -31,12 +31,12 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from spark_jobs import kafka_auth
-from spark_jobs.bench_cdc import percentile
+from spark_jobs.bench_cdc import NO_BARS, Bars, percentile
 from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import supervisor
@@ -65,8 +65,11 @@ def _produced_per_second(manifest: dict[str, Any]) -> float:
     return float(manifest.get("delivered", manifest["total_sent"])) / span if span > 0 else float("nan")
 
 
-def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple[int, float]:
-    """Records/s a plain consumer reads ``ranges`` of the events topic, writing nothing."""
+def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]],
+                progress: Callable[[int], None] | None = None) -> tuple[int, float]:
+    """Records/s a plain consumer reads ``ranges`` of the events topic, writing nothing.
+
+    ``progress`` gets the records still to read after each fetch (a progress bar)."""
     from confluent_kafka import Consumer, TopicPartition
 
     from spark_jobs.contracts.events import TOPIC
@@ -76,6 +79,7 @@ def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple
                          "max.partition.fetch.bytes": 10485760})
     consumer.assign([TopicPartition(TOPIC, p, lo) for p, (lo, _hi) in ranges.items()])
     remaining = {p: hi for p, (_lo, hi) in ranges.items()}
+    following = {p: lo for p, (lo, _hi) in ranges.items()}  # the next offset to read, per partition
     n = 0
     started = time.monotonic()
     try:
@@ -86,8 +90,11 @@ def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]]) -> tuple
                 p, off = msg.partition(), msg.offset()
                 if p is not None and off is not None and p in remaining and off <= remaining[p]:
                     n += 1
+                    following[p] = off + 1
                     if off == remaining[p]:
                         del remaining[p]
+            if progress is not None:
+                progress(sum(hi + 1 - following[p] for p, hi in remaining.items()))
     finally:
         consumer.close()
     seconds = time.monotonic() - started
@@ -166,8 +173,11 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
 
 
 def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, seed: int, warmup: float,
-          skip_steady: bool, skip_catchup: bool) -> dict[str, Any] | None:
-    """Run the bench (module docstring); returns its figures, or None (logged why) when the app did not catch up."""
+          skip_steady: bool, skip_catchup: bool, bars: Bars = NO_BARS) -> dict[str, Any] | None:
+    """Run the bench (module docstring); returns its figures, or None (logged why) when the app did not catch up.
+
+    ``bars`` shows the catch-ups and the raw read; the loads are ``lake loadgen events`` runs, which draw their
+    own bar on a terminal (a second live bar here would garble it)."""
     from spark_jobs.reconcile import manifest_ranges
     from spark_jobs.session import build_session
 
@@ -178,18 +188,22 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
     spark = build_session(settings, "lake-bench-events")
     spark.sparkContext.setLogLevel("ERROR")
 
+    def caught_up(description: str, timeout: float) -> bool:
+        with bars.remaining(f"bench events: {description} (records to apply)") as left:
+            return control.wait(settings, timeout, progress=left)
+
     if not skip_steady:
         control.start(settings)
-        if not control.wait(settings, 900):
+        if not caught_up("catching up before the steady run", 900):
             log.error("bench events: the app did not catch up before the steady run")
             return None
         if warmup > 0:  # a driver started just before warms up (JIT, Python workers) in its first batches
             _loadgen(settings, rate, warmup, seed + WARMUP_SEED_OFFSET, work / "warmup.json")
-            if not control.wait(settings, 900):
+            if not caught_up("catch-up after the warm-up", 900):
                 log.error("bench events: the app did not catch up after the warm-up")
                 return None
         steady = _loadgen(settings, rate, duration, seed, work / "steady.json")
-        if not control.wait(settings, 900):
+        if not caught_up("applying the steady load", 900):
             log.error("bench events: the app did not catch up after the steady run")
             return None
         ranges = manifest_ranges(steady)
@@ -213,16 +227,19 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
         # The loadgen sends exactly round(rate * duration) records.
         backlog_doc = _loadgen(settings, backlog_rate, backlog / backlog_rate, seed + 1, work / "backlog.json")
         ranges = manifest_ranges(backlog_doc)
-        n_raw, raw_rate = raw_ceiling(settings, ranges)
-        t0 = time.monotonic()
-        app_log = supervisor.log_path(settings, control.PROGRAM)
-        log_from = app_log.stat().st_size if app_log.exists() else 0
-        control.start(settings)
-        cpu_before = _at_first_batch(settings, log_from)
-        if not control.wait(settings, 3600):
+        with bars.remaining("bench events: raw ceiling (records to read)") as to_read:
+            n_raw, raw_rate = raw_ceiling(settings, ranges, progress=to_read)
+        with bars.remaining("bench events: catch-up of the backlog (records to apply)") as left:
+            t0 = time.monotonic()
+            app_log = supervisor.log_path(settings, control.PROGRAM)
+            log_from = app_log.stat().st_size if app_log.exists() else 0
+            control.start(settings)
+            cpu_before = _at_first_batch(settings, log_from)
+            caught = control.wait(settings, 3600, progress=left)
+            wall = time.monotonic() - t0
+        if not caught:
             log.error("bench events: the app did not catch up with the backlog")
             return None
-        wall = time.monotonic() - t0
         pid = int((supervisor.program_info(settings, control.PROGRAM) or {}).get("pid") or 0)
         cpu = cpu_split(cpu_before, cpu_snapshot(pid, stream_executors_of(settings))) if cpu_before else None
         rows = _ledger_rows(spark, ranges)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,10 +12,20 @@ from spark_jobs.cli import progress
 from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, comma_list
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 
+if TYPE_CHECKING:
+    from spark_jobs.bench_cdc import Bars
+
 
 @click.group("bench", cls=LakeGroup)
 def group() -> None:
     """Benchmarks that print figures (never assert)."""
+
+
+def phase_bars() -> Bars:
+    """The bars of a bench's phases: rich's on a terminal (spark_jobs.cli.progress), none otherwise."""
+    from spark_jobs.bench_cdc import NO_BARS, Bars
+
+    return Bars(timed=progress.timed, remaining=progress.remaining) if progress.enabled() else NO_BARS
 
 
 @group.command("cdc")
@@ -38,7 +49,7 @@ def cdc(rate: float, duration: float, backlog_seconds: float, seed: int, warmup:
     from spark_jobs.settings import load_settings
 
     result = bench_cdc(load_settings(), rate, duration, backlog_seconds, seed, driver, warmup, async_commit,
-                       connections)
+                       connections, bars=phase_bars())
     click.echo(json.dumps(result, indent=2))
     return 0
 
@@ -60,7 +71,7 @@ def events(rate: float, duration: float, backlog: int, backlog_rate: float, seed
     from spark_jobs.bench_events import bench
 
     results = bench(rate=rate, duration=duration, backlog=backlog, backlog_rate=backlog_rate, seed=seed,
-                    warmup=warmup, skip_steady=skip_steady, skip_catchup=skip_catchup)
+                    warmup=warmup, skip_steady=skip_steady, skip_catchup=skip_catchup, bars=phase_bars())
     if results is None:
         return 1
     click.echo(json.dumps(results, indent=2))

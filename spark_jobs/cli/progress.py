@@ -9,7 +9,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def enabled() -> bool:
@@ -22,6 +30,12 @@ def _progress() -> Progress:
     # Log lines written while the bar is live go above it (rich redirects sys.stdout/sys.stderr meanwhile).
     return Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+
+def counting() -> Progress:
+    """Bars that count items (``done/total``, or ``done/?`` pulsing when the total is unknown) with elapsed time."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
 
 
 @contextmanager

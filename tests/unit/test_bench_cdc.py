@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -49,3 +52,101 @@ def test_bench_cdc_starts_with_a_running_connector(monkeypatch: pytest.MonkeyPat
     settings = load_settings({})
     bench._require_running_connector(settings)  # returns: no RuntimeError
     assert asked == [settings]
+
+
+class _Recorder:
+    """A fake of the CLI's bars (spark_jobs.cli.progress): records each phase and what it was told."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, Any]] = []
+
+    @contextmanager
+    def timed(self, description: str, seconds: float) -> Iterator[None]:
+        self.phases.append((description, seconds))
+        yield
+
+    @contextmanager
+    def remaining(self, description: str) -> Iterator[Callable[[int], None]]:
+        told: list[int] = []
+        self.phases.append((description, told))
+        yield told.append
+
+
+def _fake_services(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every service the CDC bench touches, faked; returns the timeouts ``lake stream wait`` was given."""
+    import time
+
+    from spark_jobs import bench_cdc as bench
+    from spark_jobs import session
+    from spark_jobs.loadgen.cdc import runner
+    from spark_jobs.streaming import control
+
+    waits: list[float] = []
+
+    def wait(settings: object, timeout: float, progress: Callable[[int], None] | None = None) -> bool:
+        waits.append(timeout)
+        if progress is not None:
+            progress(7)
+            progress(0)
+        return True
+
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(setLogLevel=lambda level: None))
+    monkeypatch.setattr(bench, "_require_running_connector", lambda settings: None)
+    monkeypatch.setattr(session, "build_session", lambda settings, name: spark)
+    monkeypatch.setattr(control, "wait", wait)
+    monkeypatch.setattr(control, "start", lambda settings: None)
+    monkeypatch.setattr(control, "stop", lambda settings: None)
+    monkeypatch.setattr(runner, "run", lambda *a, **k: SimpleNamespace(total_changes=100, actual_rate=50.0))
+    monkeypatch.setattr(bench, "_silver_heads", lambda spark: {"silver.orders": (3, 1_000.0)})
+    monkeypatch.setattr(bench, "_total_end_offsets", lambda settings: 0)
+    monkeypatch.setattr(bench, "_latencies", lambda spark, since: [1.0, 2.0])
+    monkeypatch.setattr(bench, "_cdc_status", lambda settings: {})
+    monkeypatch.setattr(bench, "_first_batch_start", lambda settings, after, timeout: 990.0)
+    monkeypatch.setattr(bench._Driver, "pid", lambda self: None)
+    monkeypatch.setattr(bench, "_silver_query_seconds", lambda spark: {"rows": 1, "best_s": 0.1, "runs_s": [0.1]})
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    return waits
+
+
+def test_bench_cdc_shows_each_phase_on_the_bars_it_is_given(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from spark_jobs.bench_cdc import Bars, bench_cdc
+    from spark_jobs.settings import load_settings
+
+    waits = _fake_services(monkeypatch)
+    bars = _Recorder()
+    caplog.set_level("INFO", logger="spark_jobs")
+    result = bench_cdc(load_settings({}), rate=100, duration=30, backlog_seconds=20, seed=1, warmup=60,
+                       bars=Bars(timed=bars.timed, remaining=bars.remaining))
+
+    assert bars.phases == [
+        ("bench cdc: catching up before measuring (records to apply)", [7, 0]),
+        ("bench cdc: warm-up load", 60),
+        ("bench cdc: catch-up after the warm-up (records to apply)", [7, 0]),
+        ("bench cdc: steady load", 30),
+        ("bench cdc: applying the steady load (records to apply)", [7, 0]),
+        ("bench cdc: backlog build", 20),
+        ("bench cdc: Debezium flushes the backlog into Kafka", 15),
+        ("bench cdc: catch-up of the backlog (records to apply)", [7, 0]),
+    ]
+    assert waits == [900, 1800, 1800, 3600]
+    # The log lines and figures are the bench's own, bars or not.
+    assert [m.split(" {")[0] for m in caplog.messages] == [
+        "bench: waiting until the stream is caught up before measuring",
+        "bench: warm-up load at 100 changes/s for 60s (not measured)",
+        "bench: steady load at 100 changes/s for 30s",
+        "bench: steady",
+        "bench: building a backlog for 20s with the stream stopped",
+        "bench: catch-up",
+        "bench: SELECT count(*), sum(total) FROM silver.orders:",
+        "bench: ratios"]
+    assert result["steady"]["caught_up"] and result["catch_up"]["caught_up"]
+
+
+def test_bench_cdc_runs_without_bars_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs.bench_cdc import bench_cdc
+    from spark_jobs.settings import load_settings
+
+    _fake_services(monkeypatch)
+    result = bench_cdc(load_settings({}), rate=100, duration=30, backlog_seconds=20, seed=1, warmup=0)
+    assert result["steady"]["changes_committed"] == 100
