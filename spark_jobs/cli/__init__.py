@@ -25,8 +25,15 @@ def lake(verbose: bool) -> None:
 
 
 @lake.command("settings")
-def settings_cmd() -> None:
+@click.option("--example", is_flag=True,
+              help="print every setting with its default and description instead (the text of .env.example)")
+def settings_cmd(example: bool) -> None:
     """Print the resolved settings (secrets masked)."""
+    if example:
+        from spark_jobs.settings import env_example
+
+        click.echo(env_example.render(), nl=False)
+        return
     from spark_jobs.settings import load_settings
 
     for key, value in load_settings().redacted().items():

@@ -245,3 +245,15 @@ def test_a_manifest_the_user_cannot_write_is_refused_before_the_load(monkeypatch
     monkeypatch.setattr(loadgen.os, "access", lambda path, mode: False)
     with pytest.raises(ValueError, match=r"--manifest .*m\.json: OS user \w+ cannot write to .*LAKE_SERVICE_USER"):
         loadgen._check_writable(tmp_path / "sub" / "m.json")
+
+
+def test_settings_example_prints_the_env_example_text() -> None:
+    from click.testing import CliRunner
+
+    from spark_jobs.cli import lake
+    from spark_jobs.settings import env_example
+
+    result = CliRunner().invoke(lake, ["settings", "--example"])
+    assert result.exit_code == 0, result.output
+    assert result.output == env_example.render()
+    assert "LAKE_HOST=" in result.output
