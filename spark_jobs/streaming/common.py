@@ -63,23 +63,12 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def bronze_schema() -> StructType:
-    from pyspark.sql.types import (
-        BinaryType,
-        DateType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    """A Kafka record's columns as the source gives them (``timestamp`` renamed), then when and which day it landed."""
+    from pyspark.sql.types import DateType, StructField, StructType, TimestampType
 
-    return StructType([
-        StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-        StructField("partition", IntegerType()), StructField("offset", LongType()),
-        StructField("kafka_timestamp", TimestampType()), StructField("ingest_time", TimestampType()),
-        StructField("ingest_date", DateType()),
-    ])
+    from spark_jobs.silver.events import RAW_FIELDS
+
+    return StructType([*RAW_FIELDS, StructField("ingest_time", TimestampType()), StructField("ingest_date", DateType())])
 
 
 def quarantine_schema() -> StructType:
