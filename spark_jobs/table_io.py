@@ -70,17 +70,26 @@ def replace_partition(df: DataFrame, settings: Settings, name: str, predicate: s
     writer.saveAsTable(name)
 
 
+def _any_row(spark: SparkSession, name: str, predicate: str) -> bool:
+    return bool(spark.table(name).where(predicate).limit(1).collect())
+
+
+def has_rows(spark: SparkSession, name: str, predicate: str) -> bool:
+    """Whether table ``name`` exists and holds a row matching ``predicate`` (a read, no commit)."""
+    return spark.catalog.tableExists(name) and _any_row(spark, name, predicate)
+
+
 def replace_or_append(df: DataFrame, settings: Settings, name: str, predicate: str) -> None:
-    """:func:`replace_partition`, but a blind append while no row of ``name`` matches ``predicate`` yet.
+    """:func:`replace_partition`, but a blind append while the table has no row matching ``predicate``.
 
     For tables many tasks write at once, each its own key (``ops.dq_results``): Delta checks a ``replaceWhere``
-    against every file committed meanwhile, and on a table not partitioned by that key, two tasks' first
-    writes conflicted and retried (24 retries, 2-6 s each, in one ``make test``). A blind append reads
-    nothing, so it never conflicts with another task's write; a re-run of the same key still replaces its
-    rows. Safe only when one writer at a time owns a key (one Airflow task attempt).
+    against every file committed meanwhile, so on a table not partitioned by that key two tasks' first writes
+    conflicted and retried (docs/benchmarks.md). A blind append reads nothing, so it never conflicts with
+    another task's write; a re-run of the same key still replaces its rows. Safe only when one writer at a
+    time owns a key (one Airflow task attempt).
     """
     spark = df.sparkSession
-    if spark.catalog.tableExists(name) and not spark.table(name).where(predicate).limit(1).collect():
+    if spark.catalog.tableExists(name) and not _any_row(spark, name, predicate):
         df.write.format("delta").mode("append").saveAsTable(name)
         return
     replace_partition(df, settings, name, predicate)

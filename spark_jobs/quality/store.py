@@ -15,7 +15,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incr
 
 from spark_jobs.quality.outcome import EXPECTATIONS_COLUMN, DqOutcome
 from spark_jobs.quality.params import utc_micros
-from spark_jobs.table_io import replace_or_append, replace_partition
+from spark_jobs.table_io import has_rows, replace_or_append, replace_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -112,7 +112,7 @@ def write_quarantine(spark: SparkSession, settings: Settings, outcome: DqOutcome
     if outcome.quarantined is None:
         # Nothing to clear is the common case (a first attempt): a read of the small quarantine table is much
         # cheaper than an empty replaceWhere commit.
-        if not spark.catalog.tableExists(name) or not spark.table(name).where(_scope(outcome)).limit(1).collect():
+        if not has_rows(spark, name, _scope(outcome)):
             return
         from pyspark.sql.types import StructField, StructType
 

@@ -118,9 +118,9 @@ def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[tupl
                   workers: int = 8) -> None:
     """:func:`create_table` for each of ``tables``, a few at once.
 
-    A start of the streaming app ensures ~20 tables; one at a time, each loading its Delta snapshot from the
-    object store, that was ~50 s of every (re)start after a crash (py-spy; docs/benchmarks.md). The calls wait
-    on MinIO and the metastore, not on CPU, so they overlap even on 2 cores.
+    A start of the streaming app ensures ~20 tables, each loading its Delta snapshot from the object store;
+    one at a time, that was a large part of every (re)start after a crash (docs/benchmarks.md). The calls
+    wait on MinIO and the metastore, not on CPU, so they overlap even on 2 cores.
     """
     from concurrent.futures import ThreadPoolExecutor
 
