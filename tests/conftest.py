@@ -9,10 +9,14 @@ import pytest
 
 
 def _delta_jars() -> str:
-    """Delta's jars from the cache ``make setup`` fills (the unit tests' Spark reads and writes local Delta tables)."""
-    from pathlib import Path
+    """Delta's jars from the cache ``make setup`` fills (the unit tests' Spark reads and writes local Delta tables).
 
-    cache = Path(os.environ.get("LAKE_CACHE_DIR", Path.home() / ".cache" / "lakestream")) / "jars" / "spark"
+    The cache is where the product's settings put it (``settings.cache_dir``: ``LAKE_CACHE_DIR``, else
+    ``/var/cache/lakestream`` for root), never a second copy of that rule here.
+    """
+    from spark_jobs.settings import load_settings
+
+    cache = load_settings().cache_dir / "jars" / "spark"
     jars = sorted(str(p) for p in cache.glob("delta-*.jar"))
     if not any("delta-spark" in j for j in jars) or not any("delta-storage" in j for j in jars):
         pytest.exit(f"Delta jars (delta-spark, delta-storage) missing from {cache}: run `make setup`", returncode=2)

@@ -86,7 +86,8 @@ def entry() -> int:
 
         logs.setup()
         try:
-            run_as_service_user(load_settings())
+            # Not the state dir's .env: the service user writes it, and these settings decide privilege.
+            run_as_service_user(load_settings(dotenv=False))
         except (StackError, SettingsError) as exc:
             click.echo(f"lake: {exc}", err=True)
             return 2

@@ -35,8 +35,12 @@ class _DotEnv(DotEnvSettingsSource):
         return super()._read_env_file(file_path)
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Resolve settings from ``environ`` (default ``os.environ``) and the state dir's ``.env``."""
+def load_settings(environ: Mapping[str, str] | None = None, *, dotenv: bool = True) -> Settings:
+    """Resolve settings from ``environ`` (default ``os.environ``) and the state dir's ``.env``.
+
+    ``dotenv=False``: the environment and the defaults only. Root decides whom to run as and which binaries to
+    trust with these (:mod:`spark_jobs.stack.service_user`); the ``.env`` is the service user's file.
+    """
     env = {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith("LAKE_")}
     unknown = sorted(set(env) - {env_name(name) for name in defaults()})
     if unknown:
@@ -46,7 +50,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     # The state dir locates .env, so it comes from the environment alone.
     state_dir = Path(env.get("LAKE_STATE_DIR", defaults()["state_dir"])).expanduser().resolve()
     env["LAKE_STATE_DIR"] = str(state_dir)
-    sources = (_Environ(env), _DotEnv(Settings, env_file=state_dir / ".env"))
+    sources = (_Environ(env), _DotEnv(Settings, env_file=state_dir / ".env")) if dotenv else (_Environ(env),)
     try:
         # BaseSettings' own keyword: mypy sees only the fields in the constructor.
         return Settings(_build_sources=(sources, {}))  # type: ignore[call-arg]

@@ -5,6 +5,13 @@ supervisord, every service it supervises (PostgreSQL included), the streaming ap
 run as that user and own the state dir, so no file there is written by two users. Root is kept only when the
 user cannot reach the checkout, its venv, the state dir or the artifact cache (a checkout under a 0700 home):
 ``lake`` then says so and why, and runs as before (PostgreSQL as ``LAKE_PG_OS_USER``).
+
+Root trusts nothing the service user can write (README, Security model): the settings that decide privilege
+(``LAKE_SERVICE_USER``, ``LAKE_CACHE_DIR``) come from root's environment and the defaults, never from the
+state dir's ``.env``; the state dir is walked through directory descriptors without following a link
+(:func:`os.fwalk`), so a link or a swapped folder cannot point root's chown elsewhere; a file with other hard
+links is left alone; and root creates nothing in the state dir: the service user's ``home`` is made after the
+switch, by the service user.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -83,29 +91,52 @@ def plan(settings: Settings, euid: int | None = None) -> Switch:
 
 
 def _root_daemon(settings: Settings) -> bool:
-    """A supervisord of this state dir runs as root (started before the switch existed): only root can stop it."""
+    """A supervisord of this state dir runs as root (started before the switch existed): only root can stop it.
+
+    Found from the process table (a root process whose command line names this state dir's supervisord config),
+    not from the pid file: that file is the service user's, and a forged pid must not keep ``lake`` root.
+    """
+    import psutil
+
     from spark_jobs.stack import supervisor
 
-    try:
-        pid = int(supervisor.pid_path(settings).read_text().strip())
-        return supervisor.is_supervisord(pid) and Path(f"/proc/{pid}").stat().st_uid == 0
-    except (OSError, ValueError):
-        return False
+    conf = str(supervisor.conf_path(settings))
+    for proc in psutil.process_iter(["uids", "cmdline"]):
+        try:
+            uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
+        except (psutil.Error, KeyError):
+            continue
+        if uids is not None and uids.real == 0 and any("supervisord" in a for a in cmdline) and conf in cmdline:
+            return True
+    return False
 
 
 def _chown_tree(root: Path, uid: int, gid: int, skip: tuple[str, ...] = ()) -> int:
-    """Give everything under ``root`` (not following links) to uid:gid; returns how many entries changed."""
+    """Give everything under ``root`` to uid:gid; returns how many entries changed.
+
+    Safe in a tree another user can write: :func:`os.fwalk` opens each folder relative to its parent's descriptor
+    and skips one that was swapped for a link, every chown is relative to that descriptor with
+    ``follow_symlinks=False``, and a non-folder with other hard links (which could be a root file linked in) is
+    left alone.
+    """
     changed = 0
-    for top, dirnames, filenames in os.walk(root):
-        if Path(top) == root:
+    for _top, dirnames, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
+        if _top == str(root):
             dirnames[:] = [d for d in dirnames if d not in skip]
-        for name in [".", *dirnames, *filenames]:
-            path = Path(top) / name if name != "." else Path(top)
+        st = os.fstat(dir_fd)  # the folder actually opened, not whatever the path names now
+        if st.st_uid != uid or st.st_gid != gid:
+            os.fchown(dir_fd, uid, gid)
+            changed += 1
+        for name in [*dirnames, *filenames]:  # a folder is done when it is visited (above), a link here
             try:
-                st = path.lstat()
-                if st.st_uid != uid or st.st_gid != gid:
-                    os.lchown(path, uid, gid)
-                    changed += 1
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if (st.st_uid == uid and st.st_gid == gid) or stat.S_ISDIR(st.st_mode):
+                    continue
+                if st.st_nlink > 1:
+                    log.warning("  left %s/%s alone: it has %d hard links", _top, name, st.st_nlink)
+                    continue
+                os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+                changed += 1
             except FileNotFoundError:  # a temp file of a running service
                 continue
     return changed
@@ -131,11 +162,11 @@ def run_as_service_user(settings: Settings) -> Switch:
     if changed:
         log.info("  gave %d file(s)/folder(s) under %s to OS user %s", changed, settings.state_dir, switch.user)
     home = settings.state_dir / "home"  # the user has no home; tools that write ~/.something write here
-    home.mkdir(mode=0o700, exist_ok=True)
-    os.chown(home, switch.uid, switch.gid)
     # Fixed before the switch: defaults computed from HOME would move after it.
+    # LAKE_SERVICE_USER and LAKE_CACHE_DIR as root decided them: the environment outranks the .env after the switch.
     os.environ.update({"HOME": str(home), "USER": switch.user, "LOGNAME": switch.user,
-                       "LAKE_STATE_DIR": str(settings.state_dir), "LAKE_CACHE_DIR": str(settings.cache_dir)})
+                       "LAKE_STATE_DIR": str(settings.state_dir), "LAKE_CACHE_DIR": str(settings.cache_dir),
+                       "LAKE_SERVICE_USER": switch.user})
     try:
         os.setgroups([])
         os.setgid(switch.gid)
@@ -143,4 +174,5 @@ def run_as_service_user(settings: Settings) -> Switch:
     except OSError as exc:
         raise StackError(f"could not switch to OS user {switch.user} ({exc}); set LAKE_SERVICE_USER=root to "
                          "run as root") from exc
+    home.mkdir(mode=0o700, exist_ok=True)  # as the service user: whatever it put there, it gets nothing new
     return switch

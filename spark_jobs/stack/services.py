@@ -83,7 +83,7 @@ def base_env(settings: Settings) -> dict[str, str]:
     path = f"{venv_bin()}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
     env = {
         "PATH": path,
-        "HOME": os.environ.get("HOME", "/root"),
+        "HOME": os.environ.get("HOME", str(settings.state_dir / "home")),
         "LAKE_STATE_DIR": str(settings.state_dir),
         "LAKE_CACHE_DIR": str(settings.cache_dir),
         "SPARK_CONF_DIR": str(spark_conf_dir(settings)),

@@ -24,10 +24,10 @@ import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
 from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
-from spark_jobs.settings import REPO_ROOT, Settings
+from spark_jobs.settings import Settings, load_settings
 from tests.integration.lakehelpers import CHROMIUM, start_streaming, wait_stream, wait_until
 
-ARTIFACTS = REPO_ROOT / ".lake" / "artifacts"
+ARTIFACTS = load_settings().state_dir / "artifacts"  # the state dir the stack under test uses
 UI_TIMEOUT_MS = 60_000
 RUNS_TIMEOUT_S = 15 * 60
 ACTIVE_BACKFILL_TIMEOUT_S = 15 * 60

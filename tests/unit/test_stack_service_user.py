@@ -63,3 +63,32 @@ def test_adopting_the_state_dir_gives_every_entry_to_the_user(tmp_path: Path) ->
     assert (settings.state_dir / ".env").stat().st_uid == entry.pw_uid
     assert (settings.state_dir / "data" / "kafka" / "seg").stat().st_uid == 0
     assert pwd.getpwuid(entry.pw_uid).pw_shell == "/usr/sbin/nologin"
+
+
+@root_only
+def test_adopting_never_follows_a_link_or_a_hard_link_out_of_the_state_dir(tmp_path: Path) -> None:
+    """The service user owns the state dir: a link it planted must not make root chown the link's target."""
+    settings = _settings(tmp_path)
+    entry = service_user.ensure_user(settings.service_user)
+    outside = tmp_path / "roots"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret").write_text("s")
+    settings.state_dir.mkdir()
+    (settings.state_dir / "home").symlink_to(outside)  # a link to a root folder
+    (settings.state_dir / "file-link").symlink_to(outside / "secret")  # a link to a root file
+    os.link(outside / "secret", settings.state_dir / "hard")  # a second name of a root file
+    switch = service_user.Switch(settings.service_user, entry.pw_uid, entry.pw_gid)
+    service_user.adopt_state_dir(settings, switch)
+    assert {p.stat().st_uid for p in [outside, outside / "sub", outside / "secret"]} == {0}
+    assert (settings.state_dir / "home").lstat().st_uid == entry.pw_uid  # the link itself is the user's
+    assert settings.state_dir.stat().st_uid == entry.pw_uid
+
+
+def test_root_reads_privilege_settings_from_the_environment_only(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / ".env").write_text("LAKE_SERVICE_USER=root\nLAKE_CACHE_DIR=/tmp/planted\n")
+    env = {"LAKE_STATE_DIR": str(state)}
+    assert load_settings(env).service_user == "root"  # the service user's own view: its .env applies
+    trusted = load_settings(env, dotenv=False)
+    assert trusted.service_user == "lake" and str(trusted.cache_dir) != "/tmp/planted"
