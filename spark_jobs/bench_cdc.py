@@ -213,6 +213,49 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
     return poll(started, timeout, every=0.2)
 
 
+def log_offset(settings: Settings) -> int:
+    """Where the streaming app's log ends now (batches after this are read by :func:`batch_breakdown`)."""
+    from spark_jobs.stack import supervisor
+    from spark_jobs.streaming import control
+
+    path = supervisor.log_path(settings, control.PROGRAM)
+    return path.stat().st_size if path.exists() else 0
+
+
+def batch_breakdown(settings: Settings, query: str, log_from: int) -> dict[str, Any]:
+    """Per batch of ``query`` logged since ``log_from`` (``lake stream: query=... batch=... k=v`` lines): how many,
+    mean records and seconds, mean Spark jobs and Delta commits, and mean seconds per stage."""
+    import re
+
+    from spark_jobs.stack import supervisor
+    from spark_jobs.streaming import control
+
+    path = supervisor.log_path(settings, control.PROGRAM)
+    if not path.exists():
+        return {}
+    with path.open("rb") as f:
+        f.seek(log_from)
+        text = f.read().decode(errors="replace")
+    line = re.compile(rf"lake stream: query={re.escape(query)} batch=(\d+) records=(\d+) seconds=([0-9.]+) ?(.*)")
+    batches = []
+    for m in line.finditer(text):
+        steps = {k: float(v) for k, v in (kv.split("=", 1) for kv in m.group(4).split() if "=" in kv)}
+        batches.append((int(m.group(2)), float(m.group(3)), steps))
+    if not batches:
+        return {"batches": 0}
+    n = len(batches)
+    sums: dict[str, float] = {}
+    for _r, _s, steps in batches:
+        for k, v in steps.items():
+            sums[k] = sums.get(k, 0.0) + v
+    counts = {k: round(v / n, 1) for k, v in sums.items() if k.endswith(("jobs", "delta_commits"))}
+    return {"batches": n, "records_mean": round(sum(b[0] for b in batches) / n, 1),
+            "seconds_mean": round(sum(b[1] for b in batches) / n, 3),
+            "seconds_p95": round(percentile([b[1] for b in batches], 0.95), 3),
+            "per_batch": counts,
+            "stage_seconds_mean": {k: round(v / n, 3) for k, v in sorted(sums.items()) if k not in counts}}
+
+
 def _silver_query_seconds(spark: Any, runs: int = 3) -> dict[str, Any]:
     """Best of ``runs`` of the analysts' probe query on silver.orders, with the table's size."""
     timings = []
@@ -252,6 +295,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
             raise RuntimeError("stream did not catch up after the warm-up; see lake stream status")
     versions = {table: version for table, (version, _at) in _silver_heads(spark).items()}
     offsets0 = _total_end_offsets(settings)
+    steady_log = log_offset(settings)
     t0 = time.monotonic()
     log.info(f"bench: steady load at {rate:.0f} changes/s for {duration:.0f}s")
     with bars.timed("bench cdc: steady load", duration):
@@ -274,6 +318,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
         "latency_p50_s": round(percentile(lat, 0.50), 2),
         "latency_p95_s": round(percentile(lat, 0.95), 2),
         "latency_max_s": round(max(lat), 2) if lat else None,
+        "batches": batch_breakdown(settings, "lake_cdc", steady_log),
     }
     log.info("bench: steady " + json.dumps(steady))
 
@@ -287,6 +332,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
     backlog = _total_end_offsets(settings) - before
     last = _cdc_status(settings).get("batch_id")
     batch_before = int(last) if last is not None else None
+    catchup_log = log_offset(settings)
     with bars.remaining("bench cdc: catch-up of the backlog (records to apply)") as left:
         t1 = time.monotonic()
         driver.start()
@@ -307,7 +353,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
                 "catch_up_per_s": round(backlog / drain_s, 1) if ok2 else None,
                 "drain_s_from_first_batch": round(from_first, 1) if from_first else None,
                 "catch_up_per_s_from_first_batch": round(backlog / from_first, 1) if ok2 and from_first else None,
-                "caught_up": ok2, **cpu}
+                "caught_up": ok2, **cpu, "batches": batch_breakdown(settings, "lake_cdc", catchup_log)}
     log.info("bench: catch-up " + json.dumps(catch_up))
     query_s = _silver_query_seconds(spark)
     log.info(f"bench: SELECT count(*), sum(total) FROM silver.orders: {query_s}")

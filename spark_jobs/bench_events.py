@@ -117,16 +117,59 @@ def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
     return out
 
 
-def _rates(rows: list[Any]) -> dict[str, Any]:
-    """Records/s of ``rows`` (ledger rows): through the hot path, and landed in every table (from the first
-    batch's start, its ingest time, to the ledger commit of the last one)."""
+def _hot_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
+    """``ops.stream_hot_ledger`` rows of the hot batches that read any offset in ``ranges``."""
+    from spark_jobs.streaming.hot import HOT_LEDGER
+
+    out = []
+    for r in spark.table(HOT_LEDGER).orderBy("batch_id").collect():
+        for p, span in (r.offsets or {}).items():
+            lo, hi = (int(x) for x in span.split("-"))
+            want = ranges.get(int(p))
+            if want and lo <= want[1] and hi >= want[0]:
+                out.append(r)
+                break
+    return out
+
+
+def _rates(rows: list[Any], hot: list[Any]) -> dict[str, Any]:
+    """Records/s of ``rows`` (archive ledger rows): landed in every table (from the first batch's start, its
+    ingest time, to the ledger commit of the last one), and through the hot query (``hot``: its ledger rows, from
+    the first batch's start to the last hot commit)."""
     landed = sum(int(r.received) for r in rows)
     first_start = rows[0].max_ingest_time.timestamp()
-    hot_span = rows[-1].hot_committed_at.timestamp() - first_start
     land_span = rows[-1].committed_at.timestamp() - first_start
-    return {"records": landed, "batches": len(rows),
-            "hot_per_s": round(landed / hot_span, 1) if hot_span > 0 else None,
+    hot_records = sum(int(r.received) for r in hot)
+    hot_span = (hot[-1].hot_committed_at.timestamp() - (hot[0].hot_committed_at.timestamp() - hot[0].batch_seconds)
+                if hot else 0)
+    return {"records": landed, "batches": len(rows), "hot_batches": len(hot),
+            "hot_per_s": round(hot_records / hot_span, 1) if hot_span > 0 else None,
             "landed_per_s": round(landed / land_span, 1) if land_span > 0 else None}
+
+
+def hot_breakdown(rows: list[Any]) -> dict[str, Any]:
+    """Per hot batch: mean records, seconds, Spark jobs and Delta commits, and seconds per stage."""
+    if not rows:
+        return {"batches": 0}
+    n = len(rows)
+    return {"batches": n, "records_mean": round(sum(int(r.received) for r in rows) / n, 1),
+            "seconds_mean": round(sum(float(r.batch_seconds) for r in rows) / n, 3),
+            "seconds_p95": round(percentile([float(r.batch_seconds) for r in rows], 0.95), 3),
+            "per_batch": {"spark_jobs": round(sum(int(r.spark_jobs or 0) for r in rows) / n, 1),
+                          "delta_commits": round(sum(int(r.delta_commits or 0) for r in rows) / n, 1)},
+            "stage_seconds_mean": step_means(rows)}
+
+
+def archive_breakdown(rows: list[Any]) -> dict[str, Any]:
+    """Per archive batch (``ops.stream_events_ledger`` rows, whose step map carries the jobs and commits too)."""
+    if not rows:
+        return {"batches": 0}
+    means = step_means(rows)
+    counts = {k: means.pop(k) for k in ("spark_jobs", "delta_commits") if k in means}
+    n = len(rows)
+    return {"batches": n, "records_mean": round(sum(int(r.received) for r in rows) / n, 1),
+            "seconds_mean": round(sum(float(r.batch_seconds) for r in rows) / n, 3),
+            "per_batch": counts, "stage_seconds_mean": means}
 
 
 def step_means(rows: list[Any]) -> dict[str, float]:
@@ -141,16 +184,21 @@ def step_means(rows: list[Any]) -> dict[str, float]:
 # -- CPU split from /proc ---------------------------------------------------------------------------------------
 
 def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
-    """Seconds from produce time to the hot commit of its batch, per on-time event in ``ranges``."""
+    """Seconds from produce time (Kafka ``CreateTime``) to the hot commit of the hot batch that read it, per
+    on-time event in ``ranges`` (the hot ledger's offset ranges, joined on partition and offset)."""
     from pyspark.sql import functions as F
 
     from spark_jobs.reconcile import in_ranges
-    from spark_jobs.streaming.events import LEDGER, SILVER
+    from spark_jobs.streaming.events import SILVER
+    from spark_jobs.streaming.hot import HOT_LEDGER
 
     silver = spark.table(SILVER).where(in_ranges(F.col("_partition"), F.col("_offset"), ranges) & ~F.col("_late"))
-    ledger = spark.table(LEDGER).select(F.col("batch_id").alias("_batch_id"), "hot_committed_at")
-    lat = silver.join(ledger, "_batch_id").select(
-        (F.col("hot_committed_at").cast("double") - F.col("_kafka_timestamp").cast("double")).alias("s"))
+    spans = (spark.table(HOT_LEDGER).select(F.explode("offsets").alias("p", "span"), "hot_committed_at")
+             .select(F.col("p").cast("int").alias("p"),
+                     F.split("span", "-").getItem(0).cast("long").alias("lo"),
+                     F.split("span", "-").getItem(1).cast("long").alias("hi"), "hot_committed_at"))
+    lat = silver.join(spans, (F.col("_partition") == F.col("p")) & F.col("_offset").between(F.col("lo"), F.col("hi")))
+    lat = lat.select((F.col("hot_committed_at").cast("double") - F.col("_kafka_timestamp").cast("double")).alias("s"))
     return [float(r.s) for r in lat.collect()]
 
 
@@ -208,7 +256,8 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
             return None
         ranges = manifest_ranges(steady)
         rows = _ledger_rows(spark, ranges)
-        rates = _rates(rows)
+        hot = _hot_rows(spark, ranges)
+        rates = _rates(rows, hot)
         fresh = freshness(spark, ranges)
         results["steady"] = {
             "target_rate": rate, "produced": steady["total_sent"],
@@ -218,7 +267,7 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
             "freshness_events": len(fresh),
             "freshness_p50_s": round(percentile(fresh, 0.5), 2), "freshness_p95_s": round(percentile(fresh, 0.95), 2),
             "freshness_max_s": round(max(fresh), 2) if fresh else None,
-            "step_seconds_mean": step_means(rows),
+            "hot_batches": hot_breakdown(hot), "archive_batches": archive_breakdown(rows),
         }
         log.info(f"bench events steady: {json.dumps(results['steady'])}")
 
@@ -243,7 +292,8 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
         pid = int((supervisor.program_info(settings, control.PROGRAM) or {}).get("pid") or 0)
         cpu = cpu_split(cpu_before, cpu_snapshot(pid, stream_executors_of(settings))) if cpu_before else None
         rows = _ledger_rows(spark, ranges)
-        rates = _rates(rows)
+        hot = _hot_rows(spark, ranges)
+        rates = _rates(rows, hot)
         ingest_rate = float(rates["landed_per_s"] or "nan")
         results["catchup"] = {
             "backlog": backlog_doc["total_sent"], "produced_per_s": round(_produced_per_second(backlog_doc), 1),
@@ -251,7 +301,8 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
             "wall_seconds_incl_startup": round(wall, 1),
             "raw_ceiling_records": n_raw, "raw_ceiling_per_s": round(raw_rate, 1),
             "ingest_to_ceiling_ratio": round(ingest_rate / raw_rate, 3) if raw_rate else None,
-            "step_seconds_mean": step_means(rows), "batch_records_mean": round(rates["records"] / len(rows)),
+            "hot_batches": hot_breakdown(hot), "archive_batches": archive_breakdown(rows),
+            "batch_records_mean": round(rates["records"] / len(rows)),
             "cpu_from_the_first_batch": cpu,
         }
         log.info(f"bench events catch-up: {json.dumps(results['catchup'])}")

@@ -34,6 +34,7 @@ HOT_PROPS: Mapping[str, str] = MappingProxyType({"delta.deletedFileRetentionDura
 CDC_QUERY = "streaming app, query lake_cdc (Spark)"
 EVENTS_QUERY = "streaming app, query lake_events (Spark)"
 EVENTS_DRIVER = "streaming app, query lake_events (driver, delta-rs)"
+HOT_DRIVER = "streaming app, query lake_events_hot (driver, delta-rs)"
 GOLD_DAG = "Airflow lake_gold_daily (Spark Connect server)"
 DQ_GATE = "data-quality gate (Airflow gold and lake_dq_streaming tasks, Spark Connect server)"
 SMOKE = "lake job smoke / Airflow lake_smoke"
@@ -75,9 +76,11 @@ TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
               AUTO_COMPACT),
     LakeTable("quarantine.events", "one row per rejected event (raw bytes, reason)", EVENTS_QUERY,
               ("topic", "partition", "offset"), (), AUTO_COMPACT),
-    *[LakeTable(name, f"one row per {size} event-time window", EVENTS_DRIVER, ("window_start",), (), HOT_PROPS)
+    *[LakeTable(name, f"one row per {size} event-time window", HOT_DRIVER, ("window_start",), (), HOT_PROPS)
       for name, size in _HOT],
     LakeTable("ops.stream_events_ledger", "one row per events micro-batch", EVENTS_DRIVER, ("batch_id",)),
+    LakeTable("ops.stream_hot_ledger", "one row per hot micro-batch (offsets, commit time, jobs, commits)",
+              HOT_DRIVER, ("batch_id",), (), HOT_PROPS),
     LakeTable("gold.dim_customers", "one row per customer version (SCD2)", GOLD_DAG, ("customer_key",)),
     LakeTable("gold.dim_products", "one row per product version (SCD2)", GOLD_DAG, ("product_key",)),
     LakeTable("gold.fct_orders", "one row per order placed", GOLD_DAG, ("order_id",), ("order_date",)),

@@ -176,7 +176,17 @@ class Settings(BaseSettings):
         "text are 10-30 KB; smaller tasks keep the driver's heap from holding a whole backlog batch."))
     stream_trigger_seconds: int = 2
     stream_maintenance_minutes: int = 60
-    stream_driver_memory: str = "2g"
+    stream_driver_memory: str = Field("6g", description=(
+        "Heap of the streaming app's JVM: in local mode its executors too (the Kafka batches, the parse, the MERGE "
+        "sources). About 12 of 24 GiB are free with the whole stack running; 2g spent a third of the CPU in GC."))
+    stream_compact_min_files: int = Field(50, description=(
+        "Delta auto compaction of a table the streaming app writes runs once a partition it touched holds this many "
+        "small files (spark.databricks.delta.autoCompact.minNumFiles)"))
+    stream_log_jobs: bool = Field(False, description=(
+        "log every micro-batch's Spark jobs by call site and count (which commands a batch issues; off by default)"))
+    stream_default_parallelism: int = Field(0, description=(
+        "spark.default.parallelism of the streaming app (0: Spark's default, the cores of local[*] or the cluster). "
+        "Shuffles take LAKE_SPARK_SHUFFLE_PARTITIONS."))
     stream_driver_port: int = 17030
     stream_block_manager_port: int = 17031
     stream_queries: str = Field("cdc,events",
@@ -186,6 +196,10 @@ class Settings(BaseSettings):
         "not windowed)"))
     events_trigger_seconds: int = 1
     events_watermark_minutes: int = 10
+    events_state_partitions: int = Field(2, description=(
+        "Partitions of the events query's de-duplication state (one RocksDB instance each). Fixed in the query's "
+        "checkpoint at its first batch (Spark keeps it in the offset log): a new value applies only to a new state dir; "
+        "on an existing checkpoint Spark keeps the old one."))
 
     # Data quality (spark_jobs.quality)
     dq_docs_port: int = Field(18090, description="static HTTP server of the Great Expectations Data Docs (loopback)")

@@ -225,6 +225,37 @@ def parse_frame(raw: DataFrame, silver: StructType, keys: Sequence[str]) -> Data
     return raw.mapInArrow(parse, out)
 
 
+def parse_tables_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, Sequence[str]]],
+                       unknown_topic: Callable[[str], str]) -> DataFrame:
+    """Kafka rows of every CDC topic -> parsed rows of every table, in one ``mapInArrow`` (one Spark job per batch
+    instead of one per table). ``tables``: (topic, silver schema, keys); :func:`table_rows` selects one table's
+    rows in :func:`parse_frame`'s shape. A record of another topic is a reject (``unknown_topic(topic)``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_jobs.silver.cdc_parse import parse_output_schema, parse_tables_batches, wide_output_schema
+
+    out = wide_output_schema([silver for _, silver, _ in tables])
+    arrow_out = to_arrow_schema(out)
+    specs = {topic: (i, to_arrow_schema(silver), to_arrow_schema(parse_output_schema(silver)), list(keys))
+             for i, (topic, silver, keys) in enumerate(tables)}
+
+    def parse(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        return parse_tables_batches(iter(batches), specs, arrow_out, unknown_topic)
+
+    return raw.mapInArrow(parse, out)
+
+
+def table_rows(parsed: DataFrame, index: int, topic: str, silver: StructType) -> DataFrame:
+    """Table ``index``'s rows of :func:`parse_tables_frame`'s output, in :func:`parse_frame`'s shape."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.silver.cdc_parse import PARSE_COLUMNS, wide_column
+
+    return parsed.where(F.col("_topic") == topic).select(
+        *[F.col(wide_column(index, j)).alias(f.name) for j, f in enumerate(silver.fields)],
+        *[F.col(c) for c in PARSE_COLUMNS])
+
+
 def newest_changes(changes: DataFrame, columns: Sequence[str], keys: Sequence[str], toastable: Sequence[str],
                    markers: DataFrame | None) -> DataFrame:
     """Parsed changes of one batch -> the MERGE source: per key the newest, TOAST-filled, not superseded.
@@ -262,7 +293,7 @@ def newest_changes(changes: DataFrame, columns: Sequence[str], keys: Sequence[st
 
 
 def apply_changes(target: DeltaTable, changes: DataFrame, keys: Sequence[str], markers: DataFrame | None,
-                  append_markers: Callable[[DataFrame], None] | None) -> None:
+                  append_markers: Callable[[DataFrame], None] | None, *, checkpoint: bool = False) -> None:
     """One table's batch of parsed ``changes`` -> ``target`` (silver), all in Spark.
 
     The newest change per key (:func:`newest_changes`, against the delete ``markers``) is MERGEd
@@ -270,18 +301,23 @@ def apply_changes(target: DeltaTable, changes: DataFrame, keys: Sequence[str], m
     deletes (key + position) go to ``append_markers`` (None: the batch has none). Markers after the MERGE:
     a crash in between leaves the row deleted and the replay appends them; the other order would let a
     replay's recorded marker hide the batch's own delete from the MERGE.
+
+    ``checkpoint``: the MERGE source is computed once, by one job, into a local checkpoint (its lineage cut), which
+    the MERGE (with ``spark.databricks.delta.merge.materializeSource=none``, set by the streaming app) and the
+    markers read as they are; without it Delta materialises the source itself and the markers recompute it.
     """
     from pyspark.sql import functions as F
 
     columns = target.toDF().schema
     rows = StructType([f for f in columns.fields if f.name not in SILVER_METADATA_COLUMNS])
     toastable = toastable_columns(rows, keys)
-    # Not cached by us: Delta materialises a MERGE source that is not a plain Delta scan itself
-    # (merge.materializeSource=auto). With "none" the MERGE failed whenever another table's thread cached its
-    # parsed rows meanwhile (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION, seen on the stack). The markers are
-    # derived from the same rows after the MERGE (cheap: a window over the batch's cached parsed rows; the
-    # markers' snapshot is pinned when the frame is built).
+    # Not cached (persist) by us: with merge.materializeSource=none a cached subplan fails the MERGE whenever
+    # another table's thread caches meanwhile (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION, seen on the stack);
+    # a local checkpoint has no cached subplan (its lineage is cut). The markers' snapshot is pinned when the
+    # frame is built.
     source = newest_changes(changes, columns.names, keys, toastable, markers)
+    if checkpoint:
+        source = source.localCheckpoint(eager=True)
     merge(target, source, keys, toastable)
     if append_markers is not None:
         append_markers(source.where(F.col("_op") == "d").select(*[F.col(quote_ident(c)) for c in

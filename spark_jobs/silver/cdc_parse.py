@@ -377,3 +377,61 @@ def parse_batches(batches: Iterator[pa.RecordBatch], silver: pa.Schema, out: pa.
             parts.append(pa.Table.from_arrays([*arrays, *(coords[c] for c in PARSE_COLUMNS)], schema=out))
         for part in parts:
             yield from part.to_batches()
+
+
+def wide_column(table_index: int, field_index: int) -> str:
+    """Name of silver column ``field_index`` of table ``table_index`` in :func:`parse_tables_batches`' rows."""
+    return f"_t{table_index}_{field_index}"
+
+
+def wide_output_schema(silvers: Sequence[StructType]) -> StructType:
+    """The Spark schema of :func:`parse_tables_batches`' rows: every table's silver columns side by side (renamed
+    :func:`wide_column`, nullable), then ``PARSE_COLUMNS``."""
+    from pyspark.sql.types import StructField, StructType
+
+    tail = parse_output_schema(StructType([])).fields
+    return StructType([*[StructField(wide_column(i, j), f.dataType, True)
+                         for i, silver in enumerate(silvers) for j, f in enumerate(silver.fields)], *tail])
+
+
+def parse_tables_batches(batches: Iterator[pa.RecordBatch], tables: Mapping[str, tuple[int, pa.Schema, pa.Schema,
+                         Sequence[str]]], out: pa.Schema, unknown_topic: Callable[[str], str]
+                         ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body over the records of every CDC topic at once: one Python pass per Arrow batch.
+
+    ``tables``: topic -> (its index, its silver Arrow schema, its :func:`parse_output_schema` Arrow schema, its
+    keys). Each topic's rows are parsed by :func:`parse_batches` with its own schema, then placed in ``out`` (the
+    Arrow form of :func:`wide_output_schema`) under :func:`wide_column` names, ``_topic`` set on every row. A
+    record of a topic no table has becomes a reject whose reason is ``unknown_topic(topic)``.
+    """
+    import pyarrow.compute as pc
+
+    width = len(out) - len(PARSE_COLUMNS)
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        topics = batch.column("topic")
+        for topic in pc.unique(topics).to_pylist():
+            rows = batch.filter(pc.equal(topics, topic)) if topic is not None else batch.filter(pc.is_null(topics))
+            spec = tables.get(topic) if topic is not None else None
+            if spec is None:
+                n = rows.num_rows
+                wide = [pa.nulls(n, out.field(i).type) for i in range(width)]
+                coords = [rows.column("topic"), rows.column("partition").cast(pa.int32()),
+                          rows.column("offset").cast(pa.int64()),
+                          rows.column("kafka_timestamp").cast(out.field("_kafka_timestamp").type),
+                          pa.nulls(n, pa.list_(pa.string())),
+                          pa.array([unknown_topic(str(topic))] * n, pa.string()),
+                          rows.column("key").cast(pa.binary()), rows.column("value").cast(pa.binary())]
+                yield pa.RecordBatch.from_arrays([*wide, *coords], schema=out)
+                continue
+            index, silver, table_out, keys = spec
+            first = next(i for i, f in enumerate(out) if f.name == wide_column(index, 0)) if len(silver) else 0
+            for part in parse_batches(iter([rows]), silver, table_out, keys):
+                n = part.num_rows
+                own = part.columns[:len(silver)]
+                tail = list(part.columns[len(silver):])
+                tail[0] = pa.array([topic] * n, pa.string())  # _topic: parse_batches leaves it null on changes
+                wide = [pa.nulls(n, out.field(i).type) for i in range(width)]
+                wide[first:first + len(silver)] = own
+                yield pa.RecordBatch.from_arrays([*wide, *tail], schema=out)

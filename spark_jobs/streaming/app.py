@@ -2,11 +2,15 @@
 
 * ``lake_cdc`` (``spark_jobs.streaming.cdc``): Debezium topics -> ``bronze.<topic>``
   -> ``silver.<table>`` (CDC MERGE) + ``quarantine.cdc``;
+* ``lake_events_hot`` (``spark_jobs.streaming.hot``): ``events.clickstream`` -> ``hot.*`` windows +
+  ``ops.stream_hot_ledger``: one Spark job and a driver commit per batch, in the ``hot`` scheduler pool;
 * ``lake_events`` (``spark_jobs.streaming.events``): ``events.clickstream`` ->
-  ``bronze.events__clickstream`` -> ``silver.events`` -> ``hot.*`` windows +
-  ``quarantine.events`` + ``ops.stream_events_ledger``.
+  ``bronze.events__clickstream`` + ``silver.events`` + ``quarantine.events`` + ``ops.stream_events_ledger``,
+  in the ``archive`` pool.
 
-``LAKE_STREAM_QUERIES`` picks which run (default both).
+The engine (heap, pools, partitions) is configured from settings by :mod:`spark_jobs.streaming.engine`.
+
+``LAKE_STREAM_QUERIES`` picks which run (``cdc``, ``events``; default both).
 
 Each query has its own checkpoint under ``s3a://<bucket>/checkpoints/<query>`` and
 writes its tables idempotently (Delta ``txnAppId``/``txnVersion``), so a driver
@@ -46,7 +50,7 @@ def run(settings: Settings) -> int:
     from spark_jobs.streaming.owner import QueryOwned, claim
 
     try:
-        held = claim(settings, [f"lake_{q}" for q in settings.stream_query_list])
+        held = claim(settings, query_names(settings))
     except QueryOwned as exc:
         log.error("%s", exc)
         return 3
@@ -56,32 +60,31 @@ def run(settings: Settings) -> int:
         held.release()
 
 
+def query_names(settings: Settings) -> list[str]:
+    """The streaming queries ``LAKE_STREAM_QUERIES`` runs: ``cdc`` is ``lake_cdc``; ``events`` is the hot query
+    ``lake_events_hot`` and the archive query ``lake_events``."""
+    names = [f"lake_{q}" for q in settings.stream_query_list]
+    return [*names, "lake_events_hot"] if "events" in settings.stream_query_list else names
+
+
 def _run(settings: Settings) -> int:
     from spark_jobs.session import build_session
     from spark_jobs.stack.services import stream_ports_conf
-    from spark_jobs.streaming import cdc, events
+    from spark_jobs.streaming import cdc, events, hot
+    from spark_jobs.streaming.engine import stream_conf
 
     spark = build_session(settings, "lake-stream", extra={
-        "spark.driver.memory": settings.stream_driver_memory,
+        **stream_conf(settings),
         # The supervised app's RPC and block manager on ports from the settings (a `lake stream run` beside
         # it, e.g. another query, takes random ones on LAKE_HOST like any ad hoc driver).
         **stream_ports_conf(settings, os.environ),
-        # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
-        # thread died, the query hung): exit instead, so the supervisor restarts the app and the log says why.
-        "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
-        "spark.sql.shuffle.partitions": str(max(2, settings.spark_shuffle_partitions)),
-        "spark.databricks.delta.optimizeWrite.enabled": "false",
-        "spark.databricks.delta.autoCompact.enabled": "false",
-        # Small, frequent batches: rebuild Delta snapshots with few tasks (default 50).
-        "spark.databricks.delta.snapshotPartitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.scheduler.mode": "FAIR",
     })
     spark.sparkContext.setLogLevel("WARN")
     queries = []
     if "cdc" in settings.stream_query_list:
         queries.append(cdc.start(spark, settings))
     if "events" in settings.stream_query_list:
+        queries.append(hot.start(spark, settings))  # the speed layer's own query, in the hot pool
         queries.append(events.start(spark, settings))
     for query in queries:
         log.info("lake stream: query %s (%s) running", query.name, query.id)

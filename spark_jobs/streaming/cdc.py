@@ -45,11 +45,11 @@ from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import POSITION_COLUMNS, added_columns, quote_ident
 from spark_jobs.streaming.common import (
     Maintenance,
+    OnceAppender,
     bronze_schema,
     create_tables,
     ensure_log_output,
     log_batch,
-    once_writer,
     quarantine_schema,
     query_id,
     read_json,
@@ -57,11 +57,13 @@ from spark_jobs.streaming.common import (
     status_path,
     write_json_atomic,
 )
+from spark_jobs.streaming.engine import ARCHIVE, CDC, BatchJobs
 from spark_jobs.table_io import ensure_database, table_location
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +127,9 @@ class CdcApp:
         self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE])
         self.timings: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._cached: list[DataFrame] = []  # persisted frames of the batch, unpersisted at its end
+        self.contracts = list(CDC_TABLES.values())
+        self.appender = OnceAppender(settings)
+        self._schemas: dict[str, StructType] = {}  # silver schemas (this driver is their only writer)
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         self.progress = read_json(status_path(settings)) or self.progress
 
@@ -166,116 +170,149 @@ class CdcApp:
     # -- the batch --------------------------------------------------------------
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
+        """One micro-batch: one job reads, caches and parses every topic (and counts it); then per table with
+        changes, in parallel threads, one job computes the MERGE source, the MERGE and the delete markers; the
+        bronze appends run meanwhile in the ``archive`` pool."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
+        from spark_jobs.silver.cdc import parse_tables_frame
+
         started = time.monotonic()
+        jobs = BatchJobs(self.spark, QUERY, batch_id, CDC)
+        jobs.enter()
         app_id = query_id(self.spark, QUERY)
         raw = batch.select("key", "value", "topic", "partition", "offset",
                            F.col("timestamp").alias("kafka_timestamp")).persist(StorageLevel.MEMORY_AND_DISK)
+        parsed: DataFrame | None = None
         try:
-            t0 = time.monotonic()
-            per_partition = [r.asDict() for r in raw.groupBy("topic", "partition")
-                             .agg(F.max("offset").alias("offset_max"), F.count(F.lit(1)).alias("offset_count"))
-                             .collect()]
-            self.timings["batch.read"] = time.monotonic() - t0
+            while True:
+                t0 = time.monotonic()
+                specs = [(c.topic, self._schema(c), c.keys) for c in self.contracts]
+                parsed = parse_tables_frame(raw, specs, unknown_topic_reason).persist(StorageLevel.MEMORY_AND_DISK)
+                summary = self._summary(raw, parsed)
+                self.timings["read_parse"] = time.monotonic() - t0
+                widened = False
+                for contract in self.contracts:
+                    extra = summary["tables"].get(contract.topic, {}).get("extra") or []
+                    added = added_columns(self._schema(contract).names, sorted(extra))
+                    if added:
+                        self._widen(contract, added)
+                        widened = True
+                if not widened:
+                    break
+                parsed.unpersist()  # parsed again with the wider schema: nothing is lost meanwhile
             ingest_time = datetime.now(UTC)
-            topics = sorted({r["topic"] for r in per_partition})
-            rejects: list[DataFrame] = []
-            unknown = [t for t in topics if t not in CDC_TABLES]
-            if unknown:
-                rejects.append(unknown_topic_rejects(raw.where(F.col("topic").isin(unknown))))
-            # Tables are independent (one writer each): their Spark jobs overlap, so one table's commit
-            # (driver-side latency) does not hold the next table's tasks.
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                futures = [pool.submit(self._table, CDC_TABLES[t], raw.where(F.col("topic") == t), ingest_time,
-                                       app_id, batch_id) for t in topics if t in CDC_TABLES]
-                for future in futures:
-                    table_rejects, parsed = future.result()
-                    if table_rejects:
-                        rejects.append(parsed.where(F.col("_error").isNotNull()))
-            t0 = time.monotonic()
-            if rejects:
-                self._quarantine(rejects, app_id, batch_id)
-            self.timings["quarantine"] = time.monotonic() - t0
+            per_partition = summary["partitions"]
+            topics = summary["tables"]
+            with ThreadPoolExecutor(max_workers=2 * len(self.contracts) + 1, thread_name_prefix="cdc") as pool:
+                bronze = [pool.submit(jobs.wrap(self._bronze, ARCHIVE), c, raw, ingest_time, app_id, batch_id, jobs)
+                          for c in self.contracts if c.topic in topics]
+                tables = [pool.submit(jobs.wrap(self._apply), i, c, parsed, topics[c.topic], app_id, batch_id, jobs)
+                          for i, c in enumerate(self.contracts) if topics.get(c.topic, {}).get("changes")]
+                rejects = sum(int(t.get("rejects") or 0) for t in topics.values())
+                quarantine = pool.submit(jobs.wrap(self._quarantine), parsed, app_id, batch_id, jobs) if rejects \
+                    else None
+                for future in [*tables, *bronze, *([quarantine] if quarantine else [])]:
+                    future.result()
         finally:
-            for df in self._cached:
-                df.unpersist()
-            self._cached = []
+            if parsed is not None:
+                parsed.unpersist()
             raw.unpersist()
+            jobs.leave()
+        if self.settings.stream_log_jobs:
+            log.info("lake stream: %s batch %d jobs: %s", QUERY, batch_id, jobs.job_names())
+        self.timings["batch.jobs"] = float(jobs.jobs())
+        self.timings["batch.delta_commits"] = float(jobs.commits)
         self._record_progress(per_partition, batch_id, started)
         self.maintenance.run_if_due()
 
-    def _table(self, contract: CdcTable, raw: DataFrame, ingest_time: datetime, app_id: str,
-               batch_id: int) -> tuple[int, DataFrame]:
-        """Bronze, parse, MERGE and delete markers of one table; returns (rejects, the parsed rows)."""
-        from pyspark import StorageLevel
+    def _schema(self, contract: CdcTable) -> StructType:
+        """``silver.<t>``'s schema, read from its Delta log once and kept (this driver is its only writer, and
+        it refreshes the copy when it widens the table): no metastore lookup per batch."""
+        if contract.silver not in self._schemas:
+            self._schemas[contract.silver] = self.spark.read.format("delta").load(
+                table_location(self.settings, contract.silver)).schema
+        return self._schemas[contract.silver]
+
+    def _summary(self, raw: DataFrame, parsed: DataFrame) -> dict[str, Any]:
+        """One Spark job over the batch (it fills both caches): records and newest offset per topic partition,
+        and per topic its changes, rejects, deletes, payload columns the table lacks and newest change."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.silver.cdc import apply_changes, parse_frame
+        per_partition = raw.groupBy("topic", "partition").agg(
+            F.max("offset").alias("offset_max"), F.count(F.lit(1)).alias("offset_count"))
+        from spark_jobs.silver.cdc_parse import wide_column
 
-        name = contract.table
-        t = time.monotonic()
-        self._append(raw.select("key", "value", "topic", "partition", "offset", "kafka_timestamp",
-                                F.lit(ingest_time).alias("ingest_time"),
-                                F.to_date(F.lit(ingest_time)).alias("ingest_date")),
-                     contract.bronze, app_id, batch_id)
-        self.timings[f"{name}.bronze"] = time.monotonic() - t
-        t = time.monotonic()
-        while True:
-            schema = self.spark.table(contract.silver).schema
-            parsed = parse_frame(raw, schema, contract.keys).persist(StorageLevel.MEMORY_AND_DISK)
-            with self._lock:
-                self._cached.append(parsed)
-            summary = parsed.agg(
-                F.count(F.when(F.col("_error").isNull(), 1)).alias("changes"),
-                F.count(F.col("_error")).alias("rejects"),
-                F.count(F.when(F.col("_op") == "d", 1)).alias("deletes"),
-                F.array_distinct(F.flatten(F.collect_list("_extra_names"))).alias("extra"),
-                F.max("_source_ts").alias("newest")).first()
-            assert summary is not None
-            added = added_columns(schema.names, sorted(summary["extra"] or []))
-            if not added:
-                break
-            self._widen(contract, added)
-        self.timings[f"{name}.silver.parse"] = time.monotonic() - t
-        if summary["changes"]:
-            from delta.tables import DeltaTable
+        def any_table(name: str) -> Column:  # a metadata column, whichever table's the row is
+            schemas = [self._schema(c) for c in self.contracts]
+            return F.coalesce(*[F.col(wide_column(i, s.names.index(name))) for i, s in enumerate(schemas)])
 
-            t = time.monotonic()
-            markers = self.spark.read.format("delta").load(table_location(self.settings, contract.deleted))
+        per_topic = parsed.groupBy(F.col("_topic").alias("topic")).agg(
+            F.count(F.when(F.col("_error").isNull(), 1)).alias("changes"),
+            F.count(F.col("_error")).alias("rejects"),
+            F.count(F.when(any_table("_op") == "d", 1)).alias("deletes"),
+            F.array_distinct(F.flatten(F.collect_list("_extra_names"))).alias("extra"),
+            F.max(any_table("_source_ts")).alias("newest"))
+        rows = [r.asDict() for r in per_partition.unionByName(per_topic, allowMissingColumns=True).collect()]
+        return {"partitions": [r for r in rows if r["partition"] is not None],
+                "tables": {r["topic"]: r for r in rows if r["partition"] is None}}
 
-            def append_markers(rows: DataFrame) -> None:
-                self._append(rows, contract.deleted, app_id, batch_id)
-
-            apply_changes(DeltaTable.forName(self.spark, contract.silver), parsed.where(F.col("_error").isNull()),
-                          contract.keys, markers, append_markers if summary["deletes"] else None)
-            self.timings[f"{name}.silver.apply"] = time.monotonic() - t
-            with self._lock:
-                table_progress = self.progress["tables"].setdefault(contract.silver, {})
-                table_progress["changes_applied"] = int(table_progress.get("changes_applied", 0)) + summary["changes"]
-                if summary["newest"] is not None:
-                    newest = summary["newest"]
-                    newest = (newest if newest.tzinfo else newest.replace(tzinfo=UTC)).isoformat()
-                    table_progress["newest_change"] = max(newest, table_progress.get("newest_change", ""))
-        return int(summary["rejects"]), parsed
-
-    def _append(self, frame: DataFrame, table: str, app_id: str, batch_id: int) -> None:
-        """Append ``frame`` to ``table`` at most once per batch (:func:`~spark_jobs.streaming.common.once_writer`)."""
-        once_writer(frame, table, app_id, batch_id).mode("append").save(table_location(self.settings, table))
-
-    def _quarantine(self, rejects: list[DataFrame], app_id: str, batch_id: int) -> None:
-        from functools import reduce
-
+    def _bronze(self, contract: CdcTable, raw: DataFrame, ingest_time: datetime, app_id: str, batch_id: int,
+                jobs: BatchJobs) -> None:
         from pyspark.sql import functions as F
 
-        rows = [df.select(F.lit("cdc").alias("stage"), F.col("_topic").alias("topic"),
-                          F.col("_partition").alias("partition"), F.col("_offset").alias("offset"),
-                          F.col("_kafka_timestamp").alias("kafka_timestamp"), F.col("_key").alias("key"),
-                          F.col("_value").alias("value"), F.lit("unparseable").alias("reason"),
-                          F.col("_error").alias("error"), F.current_timestamp().alias("quarantined_at"))
-                for df in rejects]
-        self._append(reduce(lambda a, b: a.unionByName(b), rows), QUARANTINE, app_id, batch_id)
+        t = time.monotonic()
+        self._append(raw.where(F.col("topic") == contract.topic).select(
+            "key", "value", "topic", "partition", "offset", "kafka_timestamp",
+            F.lit(ingest_time).alias("ingest_time"), F.to_date(F.lit(ingest_time)).alias("ingest_date")),
+            contract.bronze, app_id, batch_id, jobs)
+        self.timings[f"{contract.table}.bronze"] = time.monotonic() - t
+
+    def _apply(self, index: int, contract: CdcTable, parsed: DataFrame, summary: dict[str, Any], app_id: str,
+               batch_id: int, jobs: BatchJobs) -> None:
+        """The MERGE of one table's changes and its delete markers (:func:`spark_jobs.silver.cdc.apply_changes`)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        from spark_jobs.silver.cdc import apply_changes, table_rows
+
+        t = time.monotonic()
+        markers = self.spark.read.format("delta").load(table_location(self.settings, contract.deleted))
+
+        def append_markers(rows: DataFrame) -> None:
+            self._append(rows, contract.deleted, app_id, batch_id, jobs)
+
+        changes = table_rows(parsed, index, contract.topic, self._schema(contract)).where(F.col("_error").isNull())
+        apply_changes(DeltaTable.forPath(self.spark, table_location(self.settings, contract.silver)), changes,
+                      contract.keys, markers, append_markers if summary["deletes"] else None, checkpoint=True)
+        jobs.committed()
+        self.timings[f"{contract.table}.silver.apply"] = time.monotonic() - t
+        with self._lock:
+            table_progress = self.progress["tables"].setdefault(contract.silver, {})
+            table_progress["changes_applied"] = int(table_progress.get("changes_applied", 0)) + summary["changes"]
+            if summary["newest"] is not None:
+                newest = summary["newest"]
+                newest = (newest if newest.tzinfo else newest.replace(tzinfo=UTC)).isoformat()
+                table_progress["newest_change"] = max(newest, table_progress.get("newest_change", ""))
+
+    def _append(self, frame: DataFrame, table: str, app_id: str, batch_id: int, jobs: BatchJobs) -> None:
+        """Append ``frame`` to ``table`` at most once per batch (:class:`~spark_jobs.streaming.common.OnceAppender`)."""
+        if self.appender.append(frame, table, app_id, batch_id):
+            jobs.committed()
+
+    def _quarantine(self, parsed: DataFrame, app_id: str, batch_id: int, jobs: BatchJobs) -> None:
+        from pyspark.sql import functions as F
+
+        t = time.monotonic()
+        rows = parsed.where(F.col("_error").isNotNull()).select(
+            F.lit("cdc").alias("stage"), F.col("_topic").alias("topic"),
+            F.col("_partition").alias("partition"), F.col("_offset").alias("offset"),
+            F.col("_kafka_timestamp").alias("kafka_timestamp"), F.col("_key").alias("key"),
+            F.col("_value").alias("value"), F.lit("unparseable").alias("reason"),
+            F.col("_error").alias("error"), F.current_timestamp().alias("quarantined_at"))
+        self._append(rows, QUARANTINE, app_id, batch_id, jobs)
+        self.timings["quarantine"] = time.monotonic() - t
 
     def _widen(self, contract: CdcTable, added: list[str]) -> None:
         """``ALTER TABLE silver.<t> ADD COLUMNS``, each new column typed from the PostgreSQL catalog."""
@@ -284,6 +321,7 @@ class CdcApp:
         cols = ", ".join(f"{quote_ident(name)} {sql_type}" for name, sql_type in types.items())
         log.info("lake stream: %s gains column(s) %s from PostgreSQL", contract.silver, cols)
         self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
+        self._schemas.pop(contract.silver, None)
 
     def _record_progress(self, per_partition: list[dict[str, Any]], batch_id: int, started: float) -> None:
         offsets = {f"{r['topic']}:{r['partition']}": int(r["offset_max"]) for r in per_partition}
@@ -302,15 +340,9 @@ class CdcApp:
                   self.progress["step_seconds"])
 
 
-def unknown_topic_rejects(raw: DataFrame) -> DataFrame:
-    """Records of a topic the pattern matched but no contract names: parse-shaped reject rows, with the fix."""
-    from pyspark.sql import functions as F
-
-    return raw.select(F.col("topic").alias("_topic"), F.col("partition").alias("_partition"),
-                      F.col("offset").alias("_offset"), F.col("kafka_timestamp").alias("_kafka_timestamp"),
-                      F.col("key").alias("_key"), F.col("value").alias("_value"),
-                      F.concat(F.lit("no CDC contract for topic "), F.col("topic"),
-                               F.lit("; add it to spark_jobs/contracts/shop.py")).alias("_error"))
+def unknown_topic_reason(topic: str) -> str:
+    """Why a record of a topic the pattern matched but no contract names is rejected, with the fix."""
+    return f"no CDC contract for topic {topic}; add it to spark_jobs/contracts/shop.py"
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:

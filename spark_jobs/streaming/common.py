@@ -16,7 +16,7 @@ from spark_jobs.table_io import table_location
 
 if TYPE_CHECKING:
 
-    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -130,15 +130,53 @@ def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[tupl
         list(pool.map(lambda t: create_table(spark, settings, t[0], t[1], exists=t[0] in existing), tables))
 
 
-def once_writer(frame: DataFrame, table: str, app_id: str, batch_id: int) -> DataFrameWriter:
-    """A Delta writer of ``frame`` that commits at most once per (``app_id``, ``batch_id``) to ``table``.
+class OnceAppender:
+    """Appends of one streaming query that land at most once per (table, batch), across crashes.
 
-    Delta's idempotent write: the ``txnAppId`` is ``<app_id>:<table>`` and the
-    ``txnVersion`` the batch id; a write whose version is not above the one
-    recorded for its app id is skipped, so a micro-batch replayed after a crash
-    writes each table once. Any mode (append, overwrite) works.
+    Only the first batch a driver runs can be a replay of a batch that landed in part (Spark re-runs a batch
+    only after a restart; within one driver every batch follows a finished one). So:
+
+    * every append carries ``userMetadata`` = ``<app_id>:<table>:<batch id>`` in its commit;
+    * on the first batch of this driver, before each append, the table's recent history is read for that
+      marker (a few JSON commit files, no Spark job) and the append is skipped when it is there; the append
+      also carries Delta's idempotent write (``txnAppId`` = ``<app_id>:<table>``, ``txnVersion`` = the batch
+      id), which covers a batch written by a version that used it for every write;
+    * every later batch appends plainly.
+
+    Why not Delta's idempotent write on every batch: in Delta 4.4.0 reading the ``txnVersion`` rebuilds the
+    table's state with Spark jobs on every write (delta-io/delta #7670): measured 5 jobs and ~1.4 s per table
+    and batch on a CDC batch of 200 changes (docs/benchmarks.md, "Idempotent writes").
     """
-    return frame.write.format("delta").option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id)
+
+    #: Commits of a table read back for the marker: a batch's append plus Delta's own follow-ups (auto
+    #: compaction, a MERGE of the same batch) are far fewer.
+    HISTORY = 25
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.first_batch: int | None = None
+
+    def append(self, frame: DataFrame, table: str, app_id: str, batch_id: int) -> bool:
+        """Append ``frame`` to ``table`` for ``batch_id`` unless it landed already; True if written."""
+        if self.first_batch is None:
+            self.first_batch = batch_id
+        marker = f"{app_id}:{table}:{batch_id}"
+        location = table_location(self.settings, table)
+        writer = frame.write.format("delta").mode("append").option("userMetadata", marker)
+        if batch_id == self.first_batch:
+            if marker in self._recent_markers(frame.sparkSession, location):
+                log.info("lake stream: %s already holds batch %d (a replay after a restart): not appended again",
+                         table, batch_id)
+                return False
+            writer = writer.option("txnAppId", f"{app_id}:{table}").option("txnVersion", batch_id)
+        writer.save(location)
+        return True
+
+    def _recent_markers(self, spark: SparkSession, location: str) -> set[str]:
+        from delta.tables import DeltaTable
+
+        rows = DeltaTable.forPath(spark, location).history(self.HISTORY).select("userMetadata").collect()
+        return {r[0] for r in rows if r[0]}
 
 
 def query_id(spark: SparkSession, name: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from spark_jobs import kafka_auth
 from spark_jobs.connectors import slot_positions
+from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
 from spark_jobs.stack import supervisor
@@ -46,12 +47,20 @@ def input_topics(settings: Settings) -> list[str]:
 
 
 def processed_offsets(settings: Settings) -> dict[str, int]:
-    """Last processed offset per ``topic:partition``, from every query's progress file."""
+    """Last processed offset per ``topic:partition``, from every query's progress file: for the events topic,
+    the lower of the archive's and the hot query's (both must hold a record for it to count as processed)."""
     from spark_jobs.streaming.events import events_status_path
+    from spark_jobs.streaming.hot import hot_status_path
 
+    files = [read_json(path) or {} for path in (status_path(settings), events_status_path(settings))]
     done: dict[str, int] = {}
-    for path in (status_path(settings), events_status_path(settings)):
-        done.update((read_json(path) or {}).get("offsets", {}))
+    for doc in files:
+        done.update(doc.get("offsets", {}))
+    hot = (read_json(hot_status_path(settings)) or {}).get("offsets", {})
+    for tp in [tp for tp in done if tp.startswith(f"{EVENTS_TOPIC}:")]:
+        done[tp] = min(int(done[tp]), int(hot.get(tp, -1)))
+    for tp in set(hot) - set(done):
+        done[tp] = -1  # the hot query ahead of an archive that has not started on the partition
     return done
 
 
@@ -109,6 +118,18 @@ def report(settings: Settings) -> dict[str, Any]:
             "committed_at": ev.get("committed_at"),
             "watermark": ev.get("watermark"),
             "totals": ev.get("totals", {}),
+        }
+        from spark_jobs.streaming.hot import hot_status_path
+
+        hot = read_json(hot_status_path(settings)) or {}
+        hot_done = hot.get("offsets", {})
+        tables["hot.*"] = {
+            "topic": TOPIC,
+            "last_batch": hot.get("batch_id"),
+            "kafka_lag": sum(max(0, high - (int(hot_done.get(tp, -1)) + 1)) for tp, high in ends.items()
+                             if tp.startswith(TOPIC + ":")),
+            "committed_at": hot.get("committed_at"),
+            "batch_seconds": hot.get("batch_seconds"),
         }
     return {
         "running": bool(info and info.get("statename") in ("RUNNING", "STARTING")),

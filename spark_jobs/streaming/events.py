@@ -1,7 +1,9 @@
-"""The events query ``lake_events``: ``events.clickstream`` -> hot tables, bronze, silver, quarantine.
+"""The events archive query ``lake_events``: ``events.clickstream`` -> bronze, silver, quarantine, ledger.
 
-Every per-record step runs in Spark tasks; the driver plans, commits and keeps
-a few values (the late-data watermark, the last batch id).
+The hot tables have their own query (:mod:`spark_jobs.streaming.hot`, ``lake_events_hot``); this one lands the
+durable copies in the ``archive`` scheduler pool, so its writes never delay a hot commit. Every per-record step
+runs in Spark tasks; the driver plans, commits and keeps a few values (the last batch id, the watermark shown by
+``lake stream status``).
 
 The plan up to ``foreachBatch`` (one Kafka read per micro-batch, raw and
 checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.events_plan`.
@@ -10,28 +12,25 @@ checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.even
 persisted batch:
 
 1. one Spark job reads, checks and de-duplicates the batch (cached for the
-   writes), counts it per Kafka partition (received, offsets, unique valid,
-   rejects, late, newest on-time event time) and aggregates its unique valid
-   events per hot window (:func:`spark_jobs.hot.events.batch_deltas`); only
-   these rows reach the driver;
-2. ``_late``: an event older than the watermark in force (newest on-time
-   event time seen - ``LAKE_EVENTS_WATERMARK_MINUTES``) is kept in silver and
-   counted in its window's ``late_events``, never added to its metrics;
-3. the driver upserts the changed hot-window rows (delta-rs MERGE of a few
-   rows, ``spark_jobs.delta_rs_tables``): the hot tables are fresh from here;
-4. Spark appends bronze (every record), silver (the unique valid events) and
-   quarantine (rejects with raw bytes, reason, detail, coordinates), three
-   writes run side by side;
-5. the driver appends the batch's ledger row to ``ops.stream_events_ledger``.
+   writes) and counts it per Kafka partition (received, offsets, unique valid,
+   rejects, late, newest Kafka time); only these rows reach the driver;
+2. ``_late``: an event that reached Kafka more than ``LAKE_EVENTS_WATERMARK_MINUTES``
+   after its event time (:func:`~spark_jobs.streaming.events_plan.late_flag`,
+   the same rule the hot query applies) is kept in silver, flagged;
+3. Spark appends bronze (every record), silver (the unique valid events) and
+   quarantine (rejects with raw bytes, reason, detail, coordinates), side by
+   side, skipping a table the batch has no row for;
+4. the driver appends the batch's ledger row to ``ops.stream_events_ledger``
+   (with the batch's Spark jobs and Delta commits beside its step seconds).
 
-Exactly-once: every table write carries a Delta transaction (query id +
-table, batch id; ``streaming.common.once_writer``). A batch re-run after a
+Exactly-once: a batch already in the ledger is skipped whole; otherwise every
+append lands at most once (``streaming.common.OnceAppender``: a commit marker per
+table and batch, checked on the first batch after a start). A batch re-run after a
 crash sees the same records, the same de-duplication state (the state store
-is versioned with the checkpoint), the same ingest time (the batch
-timestamp is in the offset log) and the same watermark (the ledger row of the
-batch before), so every table gets its rows once. Only which copy of a
-duplicate sent twice in one batch survives may differ (copies are equal
-records).
+is versioned with the checkpoint) and the same ingest time (the batch
+timestamp is in the offset log), so every table gets its rows once. Only which
+copy of a duplicate sent twice in one batch survives may differ (copies are
+equal records).
 
 Assumption: a re-sent event has the same ``event_id``; an id sent again after
 the horizon is a new event (counted, not dropped).
@@ -48,23 +47,23 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.events import TOPIC
 from spark_jobs.delta_rs_tables import DriverTable
-from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
 from spark_jobs.settings import Settings
 from spark_jobs.silver.events import checked_schema, valid_events
 from spark_jobs.streaming.common import (
     Maintenance,
+    OnceAppender,
     bronze_schema,
     create_tables,
     ensure_log_output,
     log_batch,
-    once_writer,
     quarantine_schema,
     query_id,
     read_json,
     write_json_atomic,
 )
+from spark_jobs.streaming.engine import ARCHIVE, BatchJobs
 from spark_jobs.streaming.events_plan import CHECKED, RAW, batch_stats, events_stream, late_flag
-from spark_jobs.table_io import ensure_database, table_location
+from spark_jobs.table_io import ensure_database
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,9 +84,6 @@ LOG_BATCH_RECORDS = 20_000
 #: Set for this query only (see ``start``). RocksDB state store (Spark docs, "RocksDB state store
 #: implementation"): state off the JVM heap; with changelog checkpointing a batch uploads only its changes.
 STATE_STORE_CONF = {
-    # State store partitions (fixed in the checkpoint at its first batch): one per core of this machine;
-    # each is a RocksDB instance opened, committed and uploaded per batch.
-    "spark.sql.shuffle.partitions": "2",
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -112,19 +108,19 @@ class EventsApp:
         self.delay = timedelta(minutes=settings.events_watermark_minutes)
         self.watermark: datetime | None = None
         self.done_through: int | None = None  # batches up to here are in the ledger (None: not restored yet)
-        self.hot_tables: dict[str, DriverTable] = {}
         self.ledger: DriverTable | None = None
         self.progress: dict[str, Any] = read_json(events_status_path(settings)) or {"offsets": {}, "totals": {}}
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
         self._last_maintenance = time.monotonic()
         self.maintenance = Maintenance(spark, settings, QUERY, [BRONZE, SILVER, QUARANTINE])
+        self.appender = OnceAppender(settings)
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
 
     def ensure_tables(self) -> None:
         from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-        for db in ("bronze", "silver", "hot", "quarantine", "ops"):
+        for db in ("bronze", "silver", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
         empty = self.spark.createDataFrame([], StructType([*checked_schema().fields,
                                                            StructField("ingest_time", bronze_schema()["ingest_time"]
@@ -133,9 +129,7 @@ class EventsApp:
                              StructField("_batch_id", LongType())])
         create_tables(self.spark, self.settings, [
             (BRONZE, bronze_schema()), (SILVER, _nullable(silver)), (QUARANTINE, quarantine_schema()),
-            *[(view.table, hot_schema(view)) for view in HOT_VIEWS], (LEDGER, ledger_schema())])
-        for view in HOT_VIEWS:
-            self.hot_tables[view.table] = DriverTable(self.settings, view.table)
+            (LEDGER, ledger_schema())])
         self.ledger = DriverTable(self.settings, LEDGER)
 
     # -- one micro-batch ---------------------------------------------------------------
@@ -150,48 +144,42 @@ class EventsApp:
                      "holds it", QUERY, batch_id)
             return
         started = time.monotonic()
+        jobs = BatchJobs(self.spark, QUERY, batch_id, ARCHIVE)
+        jobs.enter()
         steps: dict[str, float] = {}
         app_id = query_id(self.spark, QUERY)
         watermark_before = self.watermark
-        late = late_flag(watermark_before)
+        late = late_flag(self.settings.events_watermark_minutes)
         frame = frame.persist()
         try:
             checked = frame.where(F.col("_kind") == CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
             valid = valid_events(checked, keep=[late.alias("_late"), F.lit(batch_id).cast("bigint").alias("_batch_id")])
-            # One Spark job: read, check, de-duplicate (and cache) the batch, count it per Kafka partition and
-            # aggregate it per hot window; only these small rows reach the driver.
+            # One Spark job: read, check, de-duplicate (and cache) the batch and count it per Kafka partition.
             t = time.monotonic()
-            summary = [r.asDict() for r in batch_stats(frame, late)
-                       .unionByName(batch_deltas(valid), allowMissingColumns=True).collect()]
-            steps["read_check_dedup_aggregate"] = time.monotonic() - t
-            stats = [r for r in summary if r["table"] is None]
-            deltas = [r for r in summary if r["table"] is not None]
+            stats = [r.asDict() for r in batch_stats(frame, late).collect()]
+            steps["read_check_dedup_count"] = time.monotonic() - t
             received = sum(int(r["received"]) for r in stats)
             if received == 0:  # a no-data batch (the state store evicting old ids): nothing to write
                 return
-            t = time.monotonic()
             ingest_time = max(r["ingest_time"] for r in stats).astimezone(UTC)
-            self._commit_hot(deltas, app_id, batch_id, ingest_time)
-            hot_committed = datetime.now(UTC)
-            steps["hot_commit"] = time.monotonic() - t
-
+            totals = {k: sum(int(r[k]) for r in stats) for k in ("received", "appended", "quarantined", "late")}
             self._hold_if_asked(batch_id)
             t = time.monotonic()
-            self._append(frame, valid, checked, app_id, batch_id)
+            self._append(frame, valid, checked, app_id, batch_id, totals, jobs)
             steps["append"] = time.monotonic() - t
         finally:
             frame.unpersist()
+            jobs.leave()
 
-        newest = [r["newest_on_time"].astimezone(UTC) for r in stats if r["newest_on_time"] is not None]
+        newest = [r["newest_kafka_time"].astimezone(UTC) for r in stats if r["newest_kafka_time"] is not None]
         if newest:
             candidate: datetime = max(newest) - self.delay
             self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
-        totals = {k: sum(int(r[k]) for r in stats) for k in ("received", "appended", "quarantined", "late")}
         ledger = {
             "batch_id": batch_id, **totals, "valid": totals["received"] - totals["quarantined"],
             "duplicates": totals["received"] - totals["appended"] - totals["quarantined"],
             "watermark_before": watermark_before, "watermark_after": self.watermark,
-            "max_ingest_time": ingest_time, "hot_committed_at": hot_committed,
+            "max_ingest_time": ingest_time, "hot_committed_at": None,
             "offsets": {str(r["partition"]): f"{r['first_offset']}-{r['last_offset']}" for r in stats
                         if r["received"]},
             "batch_seconds": time.monotonic() - started,
@@ -199,7 +187,11 @@ class EventsApp:
         t = time.monotonic()
         assert self.ledger is not None
         ledger["committed_at"] = datetime.now(UTC)  # every table holds the batch from here
-        ledger["step_seconds"] = list(steps.items())
+        # Counts beside the seconds (the ledger's schema is kept): what the batch cost in Spark jobs and commits.
+        if self.settings.stream_log_jobs:
+            log.info("lake stream: %s batch %d jobs: %s", QUERY, batch_id, jobs.job_names())
+        ledger["step_seconds"] = [*steps.items(), ("spark_jobs", float(jobs.jobs())),
+                                  ("delta_commits", float(jobs.commits + 1))]
         self.ledger.write_once([ledger], app_id, batch_id, "append")
         steps["ledger"] = time.monotonic() - t
         self.done_through = batch_id
@@ -207,26 +199,13 @@ class EventsApp:
         # A backlog's batches show progress and where the time goes; small steady batches only at DEBUG.
         log_batch(QUERY, batch_id, received, ledger["batch_seconds"], steps,
                   logging.INFO if received >= LOG_BATCH_RECORDS else logging.DEBUG)
-        self._maintain_hot_if_due()
+        self._maintain_ledger_if_due()
         self.maintenance.run_if_due()
 
-    def _commit_hot(self, deltas: list[dict[str, Any]], app_id: str, batch_id: int, now: datetime) -> None:
-        """Upsert each hot table's changed windows: current rows (read back from the table) + the deltas."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        for view in HOT_VIEWS:
-            mine = [{**d, "window_start": _utc(d["window_start"]), "window_end": _utc(d["window_end"])}
-                    for d in deltas if d["table"] == view.table]
-            if not mine:
-                continue
-            table = self.hot_tables[view.table]
-            starts = pa.array([d["window_start"] for d in mine], pa.timestamp("us", tz="UTC"))
-            current = table.read(where=pc.field("window_start").isin(starts)).to_pylist()
-            table.upsert_once(apply_deltas(view, current, mine, batch_id, now), "window_start", app_id, batch_id)
-
-    def _append(self, frame: DataFrame, valid: DataFrame, checked: DataFrame, app_id: str, batch_id: int) -> None:
-        """Bronze, silver and quarantine rows of the batch, three Spark appends side by side (each once)."""
+    def _append(self, frame: DataFrame, valid: DataFrame, checked: DataFrame, app_id: str, batch_id: int,
+                totals: dict[str, int], jobs: BatchJobs) -> None:
+        """Bronze, silver and quarantine rows of the batch, Spark appends side by side (each once); a table the
+        batch has no row for gets no write (an empty idempotent write would still commit its transaction)."""
         from pyspark.sql import functions as F
 
         bronze = frame.where(F.col("_kind") == RAW).select(
@@ -236,13 +215,16 @@ class EventsApp:
             F.lit("events").alias("stage"), "topic", "partition", "offset", "kafka_timestamp", "key", "value",
             F.col("_reason").alias("reason"), F.col("_error").alias("error"),
             F.col("ingest_time").alias("quarantined_at"))
+
         def write(table: str, rows: DataFrame) -> None:
             # One task and one file per table (and date) per batch: the batch is cached, and each further
             # task is an S3 upload and a small file more.
-            once_writer(rows.coalesce(1), table, app_id, batch_id).mode("append").save(table_location(self.settings, table))
+            if self.appender.append(rows.coalesce(1), table, app_id, batch_id):
+                jobs.committed()
 
-        futures = [self._writers.submit(write, table, rows)
-                   for table, rows in ((BRONZE, bronze), (SILVER, valid), (QUARANTINE, quarantine))]
+        writes = [(BRONZE, bronze, totals["received"]), (SILVER, valid, totals["appended"]),
+                  (QUARANTINE, quarantine, totals["quarantined"])]
+        futures = [self._writers.submit(jobs.wrap(write), table, rows) for table, rows, n in writes if n]
         for future in futures:
             future.result()
 
@@ -300,16 +282,15 @@ class EventsApp:
                             "dropped_duplicates": metrics.get("numDroppedDuplicateRows")}
         return None
 
-    def _maintain_hot_if_due(self) -> None:
-        """Each batch's delta-rs commit adds a small file to the hot tables and the ledger: compact them and drop
-        the removed ones (Delta's auto compaction runs in Spark writes only)."""
+    def _maintain_ledger_if_due(self) -> None:
+        """Each batch's delta-rs commit adds a small file to the ledger: compact it and drop the removed ones
+        (Delta's auto compaction runs in Spark writes only)."""
         if time.monotonic() - self._last_maintenance < HOT_MAINTENANCE_SECONDS:
             return
         self._last_maintenance = time.monotonic()
         assert self.ledger is not None
-        for table in [*self.hot_tables.values(), self.ledger]:
-            table.compact()
-            table.vacuum()
+        self.ledger.compact()
+        self.ledger.vacuum()
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -350,9 +331,13 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     # The state store provider is recorded in the checkpoint at the first start (Spark's OffsetSeqMetadata
     # keeps it with spark.sql.shuffle.partitions), and the query runs on a clone of the session taken at
     # start(): set it for this query only, so the other queries of the driver keep theirs.
-    previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
-    for key, value in STATE_STORE_CONF.items():
+    # State store partitions (fixed in the checkpoint at its first batch: LAKE_EVENTS_STATE_PARTITIONS); each is
+    # a RocksDB instance opened, committed and uploaded per batch.
+    query_conf = {**STATE_STORE_CONF, "spark.sql.shuffle.partitions": str(settings.events_state_partitions)}
+    previous = {key: spark.conf.get(key, None) for key in query_conf}
+    for key, value in query_conf.items():
         spark.conf.set(key, value)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", ARCHIVE)
     try:
         return (events_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
                 .foreachBatch(app.process)

@@ -21,7 +21,6 @@ One streaming query, one Kafka read per micro-batch shared by two branches:
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from spark_jobs.silver.events import check_events
@@ -60,18 +59,54 @@ def events_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
     return raw.unionByName(checked, allowMissingColumns=True)
 
 
-def late_flag(watermark: datetime | None) -> Column:
-    """``_late``: event time before the watermark in force (NULL watermark: nothing is late yet)."""
+def late_flag(watermark_minutes: int) -> Column:
+    """``_late``: the event reached Kafka more than ``watermark_minutes`` after its ``event_time``.
+
+    A property of the record alone (its event time against its Kafka timestamp), not of the batch it fell in: the
+    hot query, the archive query and a replay of the archive all flag the same events, whatever their batches.
+    A late event is kept in silver and counted in its window's ``late_events``, never in its metrics.
+    """
     from pyspark.sql import functions as F
 
-    if watermark is None:
-        return F.lit(False)
-    return F.col("_event_time") < F.lit(watermark)
+    return F.col("_event_time") < F.col("kafka_timestamp") - F.expr(f"INTERVAL {int(watermark_minutes)} MINUTES")
+
+
+def hot_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
+    """The hot query's plan up to ``foreachBatch``: what the windows need and nothing else.
+
+    Two branches of one Kafka read, as :func:`events_stream` but narrow: ``_kind`` = "raw" rows carry only the
+    coordinates (the batch's offsets per partition), ``_kind`` = "checked" rows only the valid events' window
+    fields (``_event_type``, ``_user_id``, ``_event_time``, ``_p_revenue``, ``_late``), de-duplicated by
+    ``event_id`` in the state store with the same horizon as the archive query (a narrow state: the id and
+    these few fields).
+    """
+    from pyspark.sql import functions as F
+
+    stamped = source.withColumnRenamed("timestamp", "kafka_timestamp").withColumn(
+        "_ingest_time", F.current_timestamp())
+    raw = stamped.select("partition", "offset", "kafka_timestamp", "_ingest_time", F.lit(RAW).alias("_kind"))
+    checked = (check_events(stamped, keep=["_ingest_time"])
+               .where(F.col("_reason").isNull())
+               .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "partition", "offset",
+                       "_ingest_time", late_flag(watermark_minutes).alias("_late"), F.lit(CHECKED).alias("_kind"))
+               .withWatermark("_ingest_time", f"{watermark_minutes} minutes")
+               .dropDuplicatesWithinWatermark(["_event_id"]))
+    return raw.unionByName(checked, allowMissingColumns=True)
+
+
+def hot_batch_stats(frame: DataFrame) -> DataFrame:
+    """Per Kafka partition of a :func:`hot_stream` batch: received, first/last offset, newest Kafka time."""
+    from pyspark.sql import functions as F
+
+    is_raw = F.col("_kind") == RAW
+    return frame.where(is_raw).groupBy("partition").agg(
+        F.count(F.lit(1)).alias("received"), F.min("offset").alias("first_offset"),
+        F.max("offset").alias("last_offset"), F.max("kafka_timestamp").alias("newest_kafka_time"))
 
 
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
     """Per Kafka partition of a batch (:func:`events_stream` rows): received, first/last offset, unique valid,
-    quarantined, late, newest on-time event time, ingest time. One small row per partition."""
+    quarantined, late, newest Kafka time, ingest time. One small row per partition."""
     from pyspark.sql import functions as F
 
     is_raw = F.col("_kind") == RAW
@@ -85,6 +120,6 @@ def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
         F.count(F.when(valid, one)).alias("appended"),
         F.count(F.when(checked & F.col("_reason").isNotNull(), one)).alias("quarantined"),
         F.count(F.when(valid & late, one)).alias("late"),
-        F.max(F.when(valid & ~late, F.col("_event_time"))).alias("newest_on_time"),
+        F.max(F.when(is_raw, F.col("kafka_timestamp"))).alias("newest_kafka_time"),
         F.max("_ingest_time").alias("ingest_time"),
     )

@@ -95,13 +95,14 @@ def test_bench_events_shows_its_catch_ups_and_raw_read_on_the_bars_it_is_given(
 
     row = SimpleNamespace(received=10, batch_seconds=1.0, step_seconds={"hot": 0.5},
                           max_ingest_time=datetime(2026, 1, 1, 0, 0, 0), hot_committed_at=datetime(2026, 1, 1, 0, 0, 1),
-                          committed_at=datetime(2026, 1, 1, 0, 0, 2))
+                          committed_at=datetime(2026, 1, 1, 0, 0, 2), spark_jobs=1, delta_commits=4)
     spark = SimpleNamespace(sparkContext=SimpleNamespace(setLogLevel=lambda level: None))
     monkeypatch.setattr(bench, "load_settings", lambda: load_settings({"LAKE_STATE_DIR": str(tmp_path)}))
     monkeypatch.setattr(session, "build_session", lambda settings, name: spark)
     monkeypatch.setattr(bench, "_loadgen", loadgen)
     monkeypatch.setattr(bench, "raw_ceiling", raw_ceiling)
     monkeypatch.setattr(bench, "_ledger_rows", lambda spark, ranges: [row])
+    monkeypatch.setattr(bench, "_hot_rows", lambda spark, ranges: [row])
     monkeypatch.setattr(bench, "freshness", lambda spark, ranges: [0.5])
     monkeypatch.setattr(bench, "_at_first_batch", lambda settings, log_from: {})
     monkeypatch.setattr(control, "wait", wait)

@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, apply_changes, parse_frame
-from tests.unit.cdc_records import KEYS, ORDERS, Record, change, raw, row, tombstone
+from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, apply_changes, parse_frame, parse_tables_frame, table_rows
+from tests.unit.cdc_records import KEYS, ORDERS, TOPIC, Record, change, raw, row, tombstone
+
+OTHER_TOPIC = "shop.public.other"
 
 SHOWN = ["id", "status", "notes", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
 
@@ -55,7 +57,10 @@ class Lake:
         from delta.tables import DeltaTable
 
         schema = DeltaTable.forPath(self.spark, self.silver_path).toDF().schema
-        parsed = parse_frame(self.spark.createDataFrame(raw(records, self.offset)), schema, KEYS)
+        # As the streaming app parses: every topic of the batch in one pass, then this table's rows.
+        wide = parse_tables_frame(self.spark.createDataFrame(raw(records, self.offset)),
+                                  [(OTHER_TOPIC, _markers_schema(), ["id"]), (TOPIC, schema, KEYS)], str)
+        parsed = table_rows(wide, 1, TOPIC, schema)
         self.offset += len(records)
         assert parsed.where("_error IS NOT NULL").count() == 0
         return parsed.where("_error IS NULL")
@@ -75,8 +80,13 @@ class Lake:
             batch_id = self.batch_id
         changes = self.parsed(records)
         markers = self.spark.read.format("delta").load(self.deleted_path)
-        apply_changes(DeltaTable.forPath(self.spark, self.silver_path), changes, KEYS, markers,
-                      append_markers or self.append_markers(batch_id))
+        # The streaming app's setting: the MERGE reads the checkpointed source as it is.
+        self.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        try:
+            apply_changes(DeltaTable.forPath(self.spark, self.silver_path), changes, KEYS, markers,
+                          append_markers or self.append_markers(batch_id), checkpoint=True)
+        finally:
+            self.spark.conf.unset("spark.databricks.delta.merge.materializeSource")
 
     def current(self) -> list[dict[str, Any]]:
         return [r.asDict() for r in self.spark.read.format("delta").load(self.silver_path).collect()]
@@ -390,3 +400,29 @@ def test_a_repeated_batch_reuses_its_compiled_code(lake: Lake) -> None:
     lake.apply(batch("paid", 400))
     assert metrics.METRIC_COMPILATION_TIME().getCount() == before
     assert {r[1] for r in lake.rows()} == {"paid"}
+
+
+def test_one_parse_of_every_topic_gives_each_table_its_own_rows_and_rejects_unknown_topics(spark: Any) -> None:
+    """The streaming app parses a batch's records of every topic in one ``mapInArrow``: each table's rows come back
+    typed with its own schema, and a record of a topic no table has is a reject naming the topic."""
+    import pyarrow as pa
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    other = StructType([StructField("id", IntegerType()), StructField("name", StringType()),
+                        *_silver_schema().fields[-6:]])
+    orders = raw([change("c", {"id": 1}, after=row(1, "paid")), (b'{"id": 9}', b"not json")])
+    others = raw([change("c", {"id": 7}, after={"id": 7, "name": "x"})], first_offset=2)
+    others = others.set_column(2, "topic", pa.array([OTHER_TOPIC], pa.string()))
+    stray = raw([change("c", {"id": 5}, after=row(5))], first_offset=3)
+    stray = stray.set_column(2, "topic", pa.array(["shop.public.nobody"], pa.string()))
+    frame = spark.createDataFrame(pa.concat_tables([orders, others, stray]))
+    wide = parse_tables_frame(frame, [(TOPIC, _silver_schema(), KEYS), (OTHER_TOPIC, other, ["id"])],
+                              lambda t: f"no contract for {t}").persist()
+    got_orders = [(r["id"], r["status"], r["_error"] is None) for r in
+                  table_rows(wide, 0, TOPIC, _silver_schema()).orderBy("_offset").collect()]
+    got_other = [(r["id"], r["name"], r["_topic"]) for r in table_rows(wide, 1, OTHER_TOPIC, other).collect()]
+    stray_rows = wide.where("_topic = 'shop.public.nobody'").collect()
+    assert got_orders == [(1, "paid", True), (None, None, False)]
+    assert got_other == [(7, "x", OTHER_TOPIC)]
+    assert [(r["_offset"], r["_error"]) for r in stray_rows] == [(3, "no contract for shop.public.nobody")]
+    wide.unpersist()

@@ -1,0 +1,135 @@
+"""The streaming app's engine: its Spark configuration (from settings), scheduler pools, and per-batch accounting.
+
+Pools (Spark's FAIR scheduler, ``fairscheduler.xml`` written beside ``spark-defaults.conf``): a job of the
+``hot`` pool is given the cores before a job of ``cdc`` or ``archive`` whenever both wait (weight and
+``minShare``), so an archive write never holds a hot commit back. Spark assigns the pool per thread (a local
+property), and a Python thread does not inherit its parent's: every thread that runs a batch's Spark work calls
+:meth:`BatchJobs.enter` first.
+
+Accounting: every Spark job of a batch carries the batch's job tag (``<query>:<batch id>``), so the app can
+report how many jobs a batch ran (:meth:`BatchJobs.jobs`, from Spark's status tracker) beside the Delta commits
+it made (:meth:`BatchJobs.committed`), and ``lake bench`` prints both per batch kind.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Pool -> (weight, minShare in cores). The hot path first, CDC next, the archive appends with what is left.
+POOLS: dict[str, tuple[int, int]] = {"hot": (8, 1), "cdc": (4, 1), "archive": (1, 0)}
+HOT, CDC, ARCHIVE = "hot", "cdc", "archive"
+
+
+def fair_scheduler_xml() -> str:
+    pools = "\n".join(f'  <pool name="{name}">\n    <schedulingMode>FIFO</schedulingMode>\n'
+                      f"    <weight>{weight}</weight>\n    <minShare>{share}</minShare>\n  </pool>"
+                      for name, (weight, share) in POOLS.items())
+    return f'<?xml version="1.0"?>\n<allocations>\n{pools}\n</allocations>\n'
+
+
+def write_fair_scheduler(settings: Settings) -> Path:
+    """The pools file (no secrets) beside ``spark-defaults.conf``; returns its path."""
+    from spark_jobs.session import spark_conf_dir
+
+    path = spark_conf_dir(settings) / "fairscheduler.xml"
+    text = fair_scheduler_xml()
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
+def stream_conf(settings: Settings) -> dict[str, str]:
+    """Spark properties of the streaming app's driver, all from settings (README, Configuration)."""
+    conf = {
+        "spark.driver.memory": settings.stream_driver_memory,
+        # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
+        # thread died, the query hung): exit instead, so the supervisor restarts the app and the log says why.
+        "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
+        "spark.sql.shuffle.partitions": str(max(1, settings.spark_shuffle_partitions)),
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(write_fair_scheduler(settings)),
+        # Delta's auto compaction is left to each table's property (contracts.tables.AUTO_COMPACT): a session
+        # value here would override it (and did: `false` switched it off for every table the app writes).
+        # MERGE sources are checkpointed by the app (silver.cdc.apply_changes): no second materialisation.
+        "spark.databricks.delta.merge.materializeSource": "none",
+        # Auto compaction (on per table, contracts.tables.AUTO_COMPACT) once a partition has this many small files:
+        # seen compacting 2-5 files after nearly every batch otherwise (a job and a commit more per table).
+        "spark.databricks.delta.autoCompact.minNumFiles": str(settings.stream_compact_min_files),
+    }
+    if settings.stream_default_parallelism > 0:
+        conf["spark.default.parallelism"] = str(settings.stream_default_parallelism)
+    return conf
+
+
+class BatchJobs:
+    """The Spark jobs and Delta commits of one micro-batch of ``query``, run in scheduler pool ``pool``."""
+
+    def __init__(self, spark: SparkSession, query: str, batch_id: int, pool: str) -> None:
+        self.spark = spark
+        self.group = f"{query}:{batch_id}"
+        self.pool = pool
+        self._commits = 0
+        self._lock = threading.Lock()
+
+    def enter(self, pool: str | None = None) -> None:
+        """Tag the calling thread's Spark jobs with this batch (and run them in ``pool``, default the batch's).
+
+        A job tag, not a job group: the streaming query's thread keeps the group Spark gave it (``query.stop()``
+        cancels the running batch's jobs through it)."""
+        sc = self.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", pool or self.pool)
+        sc.addJobTag(self.group)
+
+    def leave(self) -> None:
+        """Untag the calling thread (the query's own thread runs every batch)."""
+        self.spark.sparkContext.removeJobTag(self.group)
+
+    def wrap(self, fn: Any, pool: str | None = None) -> Any:
+        """``fn`` run in another thread with this batch's tags."""
+        def run(*args: Any, **kwargs: Any) -> Any:
+            self.enter(pool)
+            return fn(*args, **kwargs)
+        return run
+
+    def committed(self, n: int = 1) -> None:
+        with self._lock:
+            self._commits += n
+
+    @property
+    def commits(self) -> int:
+        return self._commits
+
+    def jobs(self) -> int:
+        """Spark jobs this batch ran so far (Spark's status tracker keeps the recent ones: ``spark.ui.retainedJobs``)."""
+        sc = self.spark.sparkContext._jsc.sc()  # pyspark's tracker has no by-tag lookup; the JVM's has
+        return len(sc.statusTracker().getJobIdsForTag(self.group))
+
+    def job_names(self) -> dict[str, int]:
+        """What this batch's jobs were (their description where Spark or Delta set one, else their call site) and
+        how many of each: ``LAKE_STREAM_LOG_JOBS=true`` logs it per batch, to see which commands a batch issues."""
+        sc = self.spark.sparkContext._jsc.sc()
+        store = sc.statusStore()  # private[spark] in Scala, public in the bytecode
+        names: dict[str, int] = {}
+        for job_id in sc.statusTracker().getJobIdsForTag(self.group):
+            from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+            try:
+                job = store.job(job_id)
+            except Py4JJavaError:  # evicted from the store (spark.ui.retainedJobs): not counted by name
+                names["(evicted)"] = names.get("(evicted)", 0) + 1
+                continue
+            desc = job.description()
+            name = str(desc.get()) if desc.isDefined() else str(job.name())
+            name = name.split("\n")[0][:120]
+            names[name] = names.get(name, 0) + 1
+        return names
