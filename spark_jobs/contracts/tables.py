@@ -21,9 +21,10 @@ from spark_jobs.contracts.shop import CDC_TABLES
 #: those files whatever the table's size, and run by the one writer (the hourly OPTIMIZE it replaced took
 #: minutes, docs/benchmarks.md).
 AUTO_COMPACT: Mapping[str, str] = MappingProxyType({"delta.autoOptimize.autoCompact": "true"})
-#: CDC silver: MERGE marks changed rows in deletion vectors (no file rewrite), the change data feed serves
-#: ``table_changes`` and streaming reads.
-SILVER_PROPS: Mapping[str, str] = MappingProxyType({"delta.enableDeletionVectors": "true",
+#: CDC silver: the change data feed serves ``table_changes`` and streaming reads. Deletion vectors off: with them
+#: each streaming MERGE ran 8 more Spark jobs ("Writing Deletion Vectors") and took longer on tables of this size
+#: (docs/benchmarks.md, "Deletion vectors in the CDC MERGE"); the scheduled OPTIMIZE keeps files few and large.
+SILVER_PROPS: Mapping[str, str] = MappingProxyType({"delta.enableDeletionVectors": "false",
                                                     "delta.enableChangeDataFeed": "true", **AUTO_COMPACT})
 #: Hot tables get a version per batch: keep removed files 1 hour (readers of older versions, time travel) and
 #: the log 1 day, instead of Delta's 7 and 30 days (~86,400 versions a day at one batch a second).

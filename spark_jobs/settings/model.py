@@ -179,9 +179,9 @@ class Settings(BaseSettings):
     stream_driver_memory: str = Field("6g", description=(
         "Heap of the streaming app's JVM: in local mode its executors too (the Kafka batches, the parse, the MERGE "
         "sources). About 12 of 24 GiB are free with the whole stack running; 2g spent a third of the CPU in GC."))
-    stream_compact_min_files: int = Field(50, description=(
-        "Delta auto compaction of a table the streaming app writes runs once a partition it touched holds this many "
-        "small files (spark.databricks.delta.autoCompact.minNumFiles)"))
+    stream_compact_minutes: int = Field(10, description=(
+        "how often the streaming app compacts the tables it writes through Spark (OPTIMIZE between batches; "
+        "0 = never); Delta's auto compaction in the writes is off in the stream (README, Table maintenance)"))
     stream_log_jobs: bool = Field(False, description=(
         "log every micro-batch's Spark jobs by call site and count (which commands a batch issues; off by default)"))
     stream_default_parallelism: int = Field(0, description=(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import kafka_auth, logs
-from spark_jobs.contracts.tables import lake_table
+from spark_jobs.contracts.tables import TABLES, lake_table
 from spark_jobs.settings import Settings
 from spark_jobs.table_io import table_location
 
@@ -239,12 +239,17 @@ def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscr
 
 
 class Maintenance:
-    """``VACUUM`` of the tables one streaming query owns, run inside its batch loop.
+    """``OPTIMIZE`` and ``VACUUM`` of the tables one streaming query owns, run inside its batch loop.
 
     The streaming app is the single writer of its tables (DESIGN.md), so their
     clean-up runs in the same driver, between batches, never from a second one.
-    Compaction is not here: Delta's auto compaction (``contracts.tables.AUTO_COMPACT``) runs
-    in the writes themselves. ``run_if_due`` is called after each batch; every
+    **Compaction** every ``LAKE_STREAM_COMPACT_MINUTES`` (0 = never): ``OPTIMIZE`` of each table (for a
+    table partitioned by ``ingest_date``, the partitions of the last two days: older ones get no new
+    files), which bin-packs the small files the batches left and folds deletion vectors back into
+    their files. Not Delta's auto compaction in the writes: in Delta 4.4.0 it compacted 2-4 files after
+    nearly every batch whatever ``autoCompact.minNumFiles`` said, a job, a commit and a table-state
+    rebuild more per table and batch (docs/benchmarks.md, "Auto compaction in the stream").
+    ``run_if_due`` is called after each batch; every
     ``LAKE_STREAM_MAINTENANCE_MINUTES`` (0 = never) it vacuums ``tables`` in
     Delta's LITE mode, which finds the removed files in the transaction log
     since the last vacuum instead of listing the table's directory, so its cost
@@ -260,13 +265,32 @@ class Maintenance:
         self.query = query
         self.tables = list(tables)
         self.interval = settings.stream_maintenance_minutes * 60
+        self.compact_interval = settings.stream_compact_minutes * 60
         self.clock = clock  # seconds; tests pass their own to step through intervals
-        self.last = clock()
+        self.last = self.last_compact = clock()
 
     def due(self) -> bool:
         return self.interval > 0 and self.clock() - self.last >= self.interval
 
+    def compact_due(self) -> bool:
+        return self.compact_interval > 0 and self.clock() - self.last_compact >= self.compact_interval
+
+    def compact(self) -> None:
+        """``OPTIMIZE`` every table (recent ``ingest_date`` partitions only where the table has them)."""
+        started = self.clock()
+        for name in self.tables:
+            entry = TABLES.get(name)
+            if entry is not None and "ingest_date" in entry.partitioned_by:
+                self.spark.sql(f"OPTIMIZE {name} WHERE ingest_date >= date_sub(current_date(), 1)")
+            else:
+                self.spark.sql(f"OPTIMIZE {name}")
+        self.last_compact = self.clock()
+        log.info("lake stream: %s: OPTIMIZE of %d table(s) took %.1f s", self.query, len(self.tables),
+                 self.last_compact - started)
+
     def run_if_due(self) -> None:
+        if self.compact_due():
+            self.compact()
         if not self.due():
             return
         started = self.clock()

@@ -58,13 +58,12 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(max(1, settings.spark_shuffle_partitions)),
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(write_fair_scheduler(settings)),
-        # Delta's auto compaction is left to each table's property (contracts.tables.AUTO_COMPACT): a session
-        # value here would override it (and did: `false` switched it off for every table the app writes).
         # MERGE sources are checkpointed by the app (silver.cdc.apply_changes): no second materialisation.
         "spark.databricks.delta.merge.materializeSource": "none",
-        # Auto compaction (on per table, contracts.tables.AUTO_COMPACT) once a partition has this many small files:
-        # seen compacting 2-5 files after nearly every batch otherwise (a job and a commit more per table).
-        "spark.databricks.delta.autoCompact.minNumFiles": str(settings.stream_compact_min_files),
+        # The stream compacts on a schedule (streaming.common.Maintenance, LAKE_STREAM_COMPACT_MINUTES), not in
+        # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
+        # tables keep the property (contracts.tables.AUTO_COMPACT) for any other Spark writer.
+        "spark.databricks.delta.autoCompact.enabled": "false",
     }
     if settings.stream_default_parallelism > 0:
         conf["spark.default.parallelism"] = str(settings.stream_default_parallelism)

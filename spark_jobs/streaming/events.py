@@ -88,7 +88,7 @@ STATE_STORE_CONF = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
-#: File under ``<run dir>/failpoints/`` that holds a batch after its hot commit, before its appends (tests only:
+#: File under ``<run dir>/failpoints/`` that holds a batch after its count, before its appends (tests only:
 #: the crash test kills the driver there, see ``_hold_if_asked``).
 HOLD_BEFORE_APPEND_FAILPOINT = "events-hold-before-append"
 #: Start of the log line a (re)started app prints when its first batch begins (``lake bench events`` waits for it).
@@ -232,7 +232,7 @@ class EventsApp:
         """Wait while the failpoint file exists (tests: a driver killed with the hot tables ahead of the rest)."""
         hold = self.settings.run_dir / "failpoints" / HOLD_BEFORE_APPEND_FAILPOINT
         if hold.exists():
-            log.info("lake stream: %s batch %d: hot tables committed, holding before the appends (failpoint %s)",
+            log.info("lake stream: %s batch %d: counted, holding before the appends (failpoint %s)",
                      QUERY, batch_id, hold)
         while hold.exists():
             time.sleep(0.1)

@@ -101,9 +101,10 @@ def test_driver_sigkilled_during_load_still_reconciles(events: Settings) -> None
 
 
 def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_once(events: Settings) -> None:
-    """A batch whose hot rows are committed but whose bronze/silver/quarantine rows and ledger row are not
-    (Spark has not committed its offsets): SIGKILL exactly then. The next start re-runs the batch from the
-    checkpoint: the hot commit is skipped (its Delta transaction), the appends land, once."""
+    """An archive batch counted but whose bronze/silver/quarantine rows and ledger row are not written (Spark has
+    not committed its offsets; the hot query has committed the same records in its own batches): SIGKILL exactly
+    then. The next start re-runs the batch from the checkpoint: the appends land, once, and the hot tables still
+    equal silver (their batches are skipped where they landed)."""
     from spark_jobs.streaming.events import HOLD_BEFORE_APPEND_FAILPOINT
 
     log = events.log_dir / "stream.log"
@@ -130,6 +131,10 @@ def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_o
 
 
 def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
+    """The broker goes away for 5 s under load: the stream rides it out on its own (the same driver process, not
+    restarted by the test or by the supervisor), and the ledger balances."""
+    before = (supervisor.program_info(events, "stream") or {}).get("pid")
+    assert before, "the stream must be running before the broker restart"
     load = _loadgen(events, "broker", rate=1500, duration=30, seed=303)
     time.sleep(random.Random(18).uniform(6, 12))
     supervisor.stop_program(events, "kafka")
@@ -138,8 +143,9 @@ def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
     wait_until(lambda: health.kafka(events)[0], "Kafka to come back after the restart", 180, every=2)
     _finish(load)
     info = supervisor.program_info(events, "stream") or {}
-    if info.get("statename") != "RUNNING":  # the app may have exited while the broker was away
-        supervisor.start_program(events, "stream")
+    assert info.get("statename") == "RUNNING" and info.get("pid") == before, (
+        f"the stream did not survive the broker restart on its own: {info} (pid before: {before}); "
+        f"see {events.log_dir / 'stream.log'}")
     _reconcile(events, "broker")
 
 

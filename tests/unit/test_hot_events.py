@@ -109,3 +109,17 @@ def test_batch_deltas_have_one_row_per_view_and_window_with_only_their_metrics(s
         (view.table, T0) for view in HOT_VIEWS)
     sales = next(r for r in rows if r.table == SALES_PER_MINUTE.table)
     assert (sales.orders, sales.revenue, sales.page_views, sales.user_ids) == (0, Decimal("0.00"), None, None)
+
+
+@pytest.mark.parametrize("view", HOT_VIEWS, ids=lambda v: v.table)
+def test_the_independent_sql_of_lake_reconcile_agrees_with_the_stream_aggregation(spark: Any, view: Any) -> None:
+    """``lake reconcile events`` checks the hot tables with SQL written apart from the stream's DataFrame code
+    (spark_jobs.reconcile.expected_windows_sql): both give the same windows on the same events, edges included."""
+    from spark_jobs.hot.events import comparable
+    from spark_jobs.reconcile import expected_windows_sql
+
+    _events(spark, ROWS).createOrReplaceTempView("_hot_rows")
+    sql = comparable(spark.sql(expected_windows_sql(view.table, view.minutes, "_hot_rows")), view)
+    stream = comparable(window_deltas(_events(spark, ROWS), view), view)
+    assert sql.count() == stream.count() > 0
+    assert sql.exceptAll(stream).count() == 0 and stream.exceptAll(sql).count() == 0

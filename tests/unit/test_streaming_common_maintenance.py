@@ -26,7 +26,7 @@ class RecordingSpark:
 
 def _maintenance(minutes: int, clock: list[float]) -> tuple[Maintenance, Any]:
     spark = RecordingSpark()
-    settings: Any = SimpleNamespace(stream_maintenance_minutes=minutes)
+    settings: Any = SimpleNamespace(stream_maintenance_minutes=minutes, stream_compact_minutes=0)
     maintenance = Maintenance(spark, settings, "lake_test", ["silver.a", "hot.b"], clock=lambda: clock[0])  # type: ignore[arg-type]
     return maintenance, spark
 
@@ -45,6 +45,24 @@ def test_maintenance_runs_once_per_interval_on_every_owned_table() -> None:
     clock[0] += 10
     maintenance.run_if_due()
     assert len(spark.statements) == 2  # the interval starts again after a run
+
+
+def test_compaction_runs_optimize_per_interval_recent_partitions_only_where_partitioned_by_day() -> None:
+    clock = [0.0]
+    spark = RecordingSpark()
+    settings: Any = SimpleNamespace(stream_maintenance_minutes=0, stream_compact_minutes=10)
+    maintenance = Maintenance(spark, settings, "lake_test", ["bronze.events__clickstream", "silver.orders"],  # type: ignore[arg-type]
+                              clock=lambda: clock[0])
+    clock[0] += 599
+    maintenance.run_if_due()
+    assert spark.statements == []
+    clock[0] += 1
+    maintenance.run_if_due()
+    assert spark.statements == ["OPTIMIZE bronze.events__clickstream WHERE ingest_date >= date_sub(current_date(), 1)",
+                                "OPTIMIZE silver.orders"]
+    clock[0] += 10
+    maintenance.run_if_due()
+    assert len(spark.statements) == 2
 
 
 def test_maintenance_interval_zero_never_runs() -> None:
@@ -109,7 +127,7 @@ def test_auto_compaction_and_vacuum_lite_on_real_tables(spark: Any, tmp_path: Pa
 
         files_before = data_files()
         clock = [0.0]
-        settings: Any = SimpleNamespace(stream_maintenance_minutes=1)
+        settings: Any = SimpleNamespace(stream_maintenance_minutes=1, stream_compact_minutes=0)
         maintenance = Maintenance(spark, settings, "lake_test", ["default.upkeep_t"], clock=lambda: clock[0])
         clock[0] += 60
         maintenance.run_if_due()

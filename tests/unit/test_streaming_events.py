@@ -119,3 +119,44 @@ def test_late_flag_is_the_records_own_arrival_delay(spark: Any) -> None:
     frame = spark.createDataFrame(rows, "_event_time timestamp, kafka_timestamp timestamp")
     flags = [r.late for r in frame.select(late_flag(10).alias("late")).collect()]
     assert flags == [False, True, False]
+
+
+def test_the_hot_plan_carries_coordinates_and_narrow_unique_valid_events_only(spark: Any, tmp_path: Path) -> None:
+    """The hot query's plan (events_plan.hot_stream): every record as a coordinate row, valid events once (a
+    re-send in a later batch dropped by the state store), no raw bytes and no rejects in the checked branch."""
+    from spark_jobs.streaming.events_plan import hot_stream
+
+    previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
+    for key, value in STATE_STORE_CONF.items():
+        spark.conf.set(key, value)
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    batches: list[list[dict[str, Any]]] = []
+    source = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inbox))
+    query = (hot_stream(source, 10).writeStream.foreachBatch(lambda f, _b: batches.append([r.asDict() for r in
+                                                                                          f.collect()]))
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        a, b = _ids(2)
+        for n, records in enumerate([[(0, 0, _event(a, 1)), (0, 1, b"not json")], [(0, 2, _event(a, 1)),
+                                                                                   (1, 0, _event(b, 2))]]):
+            rows = [(b"k", v, "events.clickstream", p, o, T0.replace(tzinfo=None)) for p, o, v in records]
+            staged = tmp_path / f"staged{n}"
+            spark.createDataFrame(rows, KAFKA_SCHEMA).coalesce(1).write.parquet(str(staged))
+            for part in staged.glob("part-*.parquet"):
+                part.rename(inbox / f"b{n}-{part.name}")
+            query.processAllAvailable()
+    finally:
+        query.stop()
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+    rows = [r for batch in batches for r in batch]
+    assert sorted((r["partition"], r["offset"]) for r in rows if r["_kind"] == "raw") == [(0, 0), (0, 1), (0, 2),
+                                                                                          (1, 0)]
+    checked = [r for r in rows if r["_kind"] == "checked"]
+    assert sorted(r["_event_id"] for r in checked) == [a, b]  # a's re-send dropped, the reject not carried
+    assert all(r["_late"] is False for r in checked)
+    assert "value" not in batches[0][0]
