@@ -175,6 +175,8 @@ class OnceAppender:
     def _recent_markers(self, spark: SparkSession, location: str) -> set[str]:
         from delta.tables import DeltaTable
 
+        if not DeltaTable.isDeltaTable(spark, location):  # nothing written yet
+            return set()
         rows = DeltaTable.forPath(spark, location).history(self.HISTORY).select("userMetadata").collect()
         return {r[0] for r in rows if r[0]}
 

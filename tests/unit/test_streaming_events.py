@@ -140,9 +140,9 @@ def test_the_hot_plan_carries_coordinates_and_narrow_unique_valid_events_only(sp
         a, b = _ids(2)
         for n, records in enumerate([[(0, 0, _event(a, 1)), (0, 1, b"not json")], [(0, 2, _event(a, 1)),
                                                                                    (1, 0, _event(b, 2))]]):
-            rows = [(b"k", v, "events.clickstream", p, o, T0.replace(tzinfo=None)) for p, o, v in records]
+            kafka = [(b"k", v, "events.clickstream", p, o, T0.replace(tzinfo=None)) for p, o, v in records]
             staged = tmp_path / f"staged{n}"
-            spark.createDataFrame(rows, KAFKA_SCHEMA).coalesce(1).write.parquet(str(staged))
+            spark.createDataFrame(kafka, KAFKA_SCHEMA).coalesce(1).write.parquet(str(staged))
             for part in staged.glob("part-*.parquet"):
                 part.rename(inbox / f"b{n}-{part.name}")
             query.processAllAvailable()
