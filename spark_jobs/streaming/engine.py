@@ -64,6 +64,10 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
         # tables keep the property (contracts.tables.AUTO_COMPACT) for any other Spark writer.
         "spark.databricks.delta.autoCompact.enabled": "false",
+        # Offsets, commits and state files of every micro-batch written in place on S3A (an abortable stream),
+        # not written aside and renamed (a copy and a delete per file on S3); spark-hadoop-cloud, infra/jvm/spark.
+        "spark.sql.streaming.checkpointFileManagerClass":
+            "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager",
     }
     if settings.stream_default_parallelism > 0:
         conf["spark.default.parallelism"] = str(settings.stream_default_parallelism)
