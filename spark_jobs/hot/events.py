@@ -83,16 +83,25 @@ def hot_schema(view: HotView) -> StructType:
     return StructType(fields)
 
 
-def _metric_exprs(view: HotView) -> list[Column]:
-    is_purchase = F.col("event_type") == "purchase"
-    exprs: dict[str, Column] = {
+def _additive_metrics(counted: Column) -> dict[str, Column]:
+    """Every additive hot metric as an aggregate over the rows where ``counted`` holds (one rule per metric)."""
+    is_purchase = counted & (F.col("event_type") == "purchase")
+
+    def count_of(event_type: str) -> Column:
+        return F.count(F.when(counted & (F.col("event_type") == event_type), F.lit(1)))
+
+    return {
         "orders": F.count(F.when(is_purchase, F.lit(1))),
         "revenue": F.coalesce(F.sum(F.when(is_purchase, F.col("revenue"))), F.lit(0)).cast("decimal(38,2)"),
-        "page_views": F.count(F.when(F.col("event_type") == "page_view", F.lit(1))),
-        "add_to_carts": F.count(F.when(F.col("event_type") == "add_to_cart", F.lit(1))),
-        "checkouts": F.count(F.when(F.col("event_type") == "checkout", F.lit(1))),
-        "purchases": F.count(F.when(is_purchase, F.lit(1))),
+        "page_views": count_of("page_view"),
+        "add_to_carts": count_of("add_to_cart"),
+        "checkouts": count_of("checkout"),
+        "purchases": count_of("purchase"),
     }
+
+
+def _metric_exprs(view: HotView) -> list[Column]:
+    exprs = _additive_metrics(F.lit(True))
     out = [exprs[name].alias(name) for name in view.metric_names if name != "active_users"]
     if view.user_set:
         out.append(F.array_sort(F.collect_set("user_id")).alias("user_ids"))
@@ -149,15 +158,7 @@ def batch_deltas(events: DataFrame) -> DataFrame:
                                    for i, view in enumerate(HOT_VIEWS)])).alias("vw")
     rows = events.select(per_view, "event_type", "user_id", "revenue", "_late")
     on_time = ~F.col("_late")
-    is_purchase = on_time & (F.col("event_type") == "purchase")
-    exprs: dict[str, Column] = {
-        "orders": F.count(F.when(is_purchase, F.lit(1))),
-        "revenue": F.coalesce(F.sum(F.when(is_purchase, F.col("revenue"))), F.lit(0)).cast("decimal(38,2)"),
-        "page_views": F.count(F.when(on_time & (F.col("event_type") == "page_view"), F.lit(1))),
-        "add_to_carts": F.count(F.when(on_time & (F.col("event_type") == "add_to_cart"), F.lit(1))),
-        "checkouts": F.count(F.when(on_time & (F.col("event_type") == "checkout"), F.lit(1))),
-        "purchases": F.count(F.when(is_purchase, F.lit(1))),
-    }
+    exprs = _additive_metrics(on_time)
     users = F.array_sort(F.collect_set(F.when(on_time, F.col("user_id"))))
     grouped = rows.groupBy(F.col("vw.v").alias("v"), F.col("vw.w").alias("w")).agg(
         *[exprs[name].alias(name) for name, _t in metrics if name != "active_users"],
