@@ -58,7 +58,7 @@ def secure_state_dir(settings: Settings) -> int:
         st = d.stat()
         mode = 0o710 if pg_group is not None else 0o700
         if pg_group is not None and st.st_gid != pg_group:
-            os.chown(d, -1, pg_group)
+            os.chown(d, -1, pg_group, follow_symlinks=False)  # root: never through a link
         if stat.S_IMODE(st.st_mode) != mode:
             os.chmod(d, mode)
             changed += 1

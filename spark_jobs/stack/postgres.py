@@ -7,7 +7,6 @@ import hashlib
 import logging
 import os
 import pwd
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -76,7 +75,8 @@ def pg_os_user(settings: Settings) -> str | None:
 
 def _chown(path: Path, user: str | None) -> None:
     if user:
-        shutil.chown(path, user=user, group=pwd.getpwnam(user).pw_gid)
+        entry = pwd.getpwnam(user)
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)  # root: never through a link
 
 
 def _check_traversable(path: Path, user: str) -> None:

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import kafka_auth, logs
 from spark_jobs.contracts.tables import TABLES, lake_table
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
+Q = TypeVar("Q")
 
 
 def ensure_log_output() -> None:
@@ -223,6 +224,27 @@ def require_topic(settings: Settings, topic: str, timeout: float = 15.0) -> None
     if topic not in admin.list_topics(timeout=timeout).topics:
         raise RuntimeError(f"Kafka topic {topic} does not exist at {settings.kafka_bootstrap} (or principal "
                            f"{kafka_auth.user('stream')} may not describe it); `lake stack up` creates it")
+
+
+def start_with_query_conf(spark: SparkSession, conf: dict[str, str], pool: str, start: Callable[[], Q]) -> Q:
+    """``start()`` a streaming query with ``conf`` set for it alone, in scheduler ``pool``.
+
+    A query runs on a clone of the session taken at ``start()``, and some of its settings are recorded in the
+    checkpoint at its first batch (the state store provider and partitions): set them for this query only, so
+    the other queries of the driver keep theirs.
+    """
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+    try:
+        return start()
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def start_kafka_query(spark: SparkSession, settings: Settings, name: str, subscription: tuple[str, str],

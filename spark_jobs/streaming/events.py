@@ -320,7 +320,7 @@ def _nullable(schema: StructType) -> StructType:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the events tables, then start ``lake_events`` (its topic must exist: ``lake stack up`` makes it)."""
-    from spark_jobs.streaming.common import kafka_source, require_topic
+    from spark_jobs.streaming.common import kafka_source, require_topic, start_with_query_conf
     from spark_jobs.table_io import checkpoint_location
 
     ensure_log_output()
@@ -328,25 +328,12 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     app = EventsApp(spark, settings)
     app.ensure_tables()
     source = kafka_source(spark, settings, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger)
-    # The state store provider is recorded in the checkpoint at the first start (Spark's OffsetSeqMetadata
-    # keeps it with spark.sql.shuffle.partitions), and the query runs on a clone of the session taken at
-    # start(): set it for this query only, so the other queries of the driver keep theirs.
     # State store partitions (fixed in the checkpoint at its first batch: LAKE_EVENTS_STATE_PARTITIONS); each is
     # a RocksDB instance opened, committed and uploaded per batch.
     query_conf = {**STATE_STORE_CONF, "spark.sql.shuffle.partitions": str(settings.events_state_partitions)}
-    previous = {key: spark.conf.get(key, None) for key in query_conf}
-    for key, value in query_conf.items():
-        spark.conf.set(key, value)
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", ARCHIVE)
-    try:
-        return (events_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
-                .foreachBatch(app.process)
-                .option("checkpointLocation", checkpoint_location(settings, QUERY))
-                .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
-                .start())
-    finally:
-        for key, old in previous.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
+    return start_with_query_conf(spark, query_conf, ARCHIVE, lambda: (
+        events_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
+        .foreachBatch(app.process)
+        .option("checkpointLocation", checkpoint_location(settings, QUERY))
+        .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
+        .start()))

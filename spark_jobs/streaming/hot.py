@@ -190,7 +190,7 @@ def _utc(value: datetime) -> datetime:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the hot tables, then start ``lake_events_hot`` in the ``hot`` pool."""
-    from spark_jobs.streaming.common import kafka_source, require_topic
+    from spark_jobs.streaming.common import kafka_source, require_topic, start_with_query_conf
     from spark_jobs.streaming.events import STATE_STORE_CONF
     from spark_jobs.table_io import checkpoint_location
 
@@ -199,19 +199,9 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     app.ensure_tables()
     source = kafka_source(spark, settings, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger)
     query_conf = {**STATE_STORE_CONF, "spark.sql.shuffle.partitions": str(settings.events_state_partitions)}
-    previous = {key: spark.conf.get(key, None) for key in query_conf}
-    for key, value in query_conf.items():
-        spark.conf.set(key, value)
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", HOT)
-    try:
-        return (hot_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
-                .foreachBatch(app.process)
-                .option("checkpointLocation", checkpoint_location(settings, QUERY))
-                .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
-                .start())
-    finally:
-        for key, old in previous.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
+    return start_with_query_conf(spark, query_conf, HOT, lambda: (
+        hot_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
+        .foreachBatch(app.process)
+        .option("checkpointLocation", checkpoint_location(settings, QUERY))
+        .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
+        .start()))

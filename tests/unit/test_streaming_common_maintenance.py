@@ -138,3 +138,25 @@ def test_auto_compaction_and_vacuum_lite_on_real_tables(spark: Any, tmp_path: Pa
         spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
         spark.sql("DROP TABLE IF EXISTS default.upkeep_t")
+
+
+def test_a_query_started_with_its_own_conf_leaves_the_session_as_it_was(spark: Any, tmp_path: Any) -> None:
+    """start_with_query_conf: the query gets its settings and pool, the session keeps its own afterwards."""
+    from spark_jobs.streaming.common import start_with_query_conf
+
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    seen: dict[str, str] = {}
+
+    def start() -> Any:
+        seen["partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
+        seen["pool"] = spark.sparkContext.getLocalProperty("spark.scheduler.pool")
+        return (spark.readStream.format("rate").load().writeStream.format("noop")
+                .option("checkpointLocation", str(tmp_path / "cp")).start())
+
+    query = start_with_query_conf(spark, {"spark.sql.shuffle.partitions": "7"}, "hot", start)
+    try:
+        assert query.isActive and seen == {"partitions": "7", "pool": "hot"}
+        assert spark.conf.get("spark.sql.shuffle.partitions") == before
+    finally:
+        query.stop()
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
