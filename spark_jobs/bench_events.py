@@ -101,13 +101,10 @@ def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]],
     return n, n / seconds if seconds > 0 else float("nan")
 
 
-def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
-    """Ledger rows of the batches that read any offset in ``ranges``."""
-    from spark_jobs.streaming.events import LEDGER
-
-    rows = spark.table(LEDGER).orderBy("batch_id").collect()
+def _rows_reading(spark: Any, table: str, ranges: dict[int, tuple[int, int]]) -> list[Any]:
+    """Rows of a stream ledger (``offsets``: partition -> "first-last") whose batch read any offset in ``ranges``."""
     out = []
-    for r in rows:
+    for r in spark.table(table).orderBy("batch_id").collect():
         for p, span in (r.offsets or {}).items():
             lo, hi = (int(x) for x in span.split("-"))
             want = ranges.get(int(p))
@@ -115,21 +112,20 @@ def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
                 out.append(r)
                 break
     return out
+
+
+def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
+    """``ops.stream_events_ledger`` rows of the archive batches that read any offset in ``ranges``."""
+    from spark_jobs.streaming.events import LEDGER
+
+    return _rows_reading(spark, LEDGER, ranges)
 
 
 def _hot_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
     """``ops.stream_hot_ledger`` rows of the hot batches that read any offset in ``ranges``."""
     from spark_jobs.streaming.hot import HOT_LEDGER
 
-    out = []
-    for r in spark.table(HOT_LEDGER).orderBy("batch_id").collect():
-        for p, span in (r.offsets or {}).items():
-            lo, hi = (int(x) for x in span.split("-"))
-            want = ranges.get(int(p))
-            if want and lo <= want[1] and hi >= want[0]:
-                out.append(r)
-                break
-    return out
+    return _rows_reading(spark, HOT_LEDGER, ranges)
 
 
 def _rates(rows: list[Any], hot: list[Any]) -> dict[str, Any]:

@@ -84,6 +84,11 @@ def kafka_end_offsets(settings: Settings) -> dict[str, int]:
         consumer.close()
 
 
+def _lag(ends: dict[str, int], done: dict[str, Any], topic: str) -> int:
+    """Records of ``topic`` not yet processed: Kafka's end offsets (``ends``) against the last processed ones."""
+    return sum(max(0, high - (int(done.get(tp, -1)) + 1)) for tp, high in ends.items() if tp.startswith(topic + ":"))
+
+
 def report(settings: Settings) -> dict[str, Any]:
     """Per table: last committed batch, Kafka lag, age of the newest applied change."""
     progress: dict[str, Any] = read_json(status_path(settings)) or {}
@@ -93,7 +98,7 @@ def report(settings: Settings) -> dict[str, Any]:
     now = datetime.now(UTC)
     tables = {}
     for topic, contract in CDC_TABLES.items():
-        lag = sum(max(0, high - (int(done.get(tp, -1)) + 1)) for tp, high in ends.items() if tp.startswith(topic + ":"))
+        lag = _lag(ends, done, topic)
         t = progress.get("tables", {}).get(contract.silver, {})
         newest = t.get("newest_change")
         tables[contract.silver] = {
@@ -113,8 +118,7 @@ def report(settings: Settings) -> dict[str, Any]:
         tables[SILVER] = {
             "topic": TOPIC,
             "last_batch": ev.get("batch_id"),
-            "kafka_lag": sum(max(0, high - (int(ev_done.get(tp, -1)) + 1)) for tp, high in ends.items()
-                             if tp.startswith(TOPIC + ":")),
+            "kafka_lag": _lag(ends, ev_done, TOPIC),
             "committed_at": ev.get("committed_at"),
             "watermark": ev.get("watermark"),
             "totals": ev.get("totals", {}),
@@ -126,8 +130,7 @@ def report(settings: Settings) -> dict[str, Any]:
         tables["hot.*"] = {
             "topic": TOPIC,
             "last_batch": hot.get("batch_id"),
-            "kafka_lag": sum(max(0, high - (int(hot_done.get(tp, -1)) + 1)) for tp, high in ends.items()
-                             if tp.startswith(TOPIC + ":")),
+            "kafka_lag": _lag(ends, hot_done, TOPIC),
             "committed_at": hot.get("committed_at"),
             "batch_seconds": hot.get("batch_seconds"),
         }

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -318,22 +319,31 @@ def _nullable(schema: StructType) -> StructType:
     return StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
 
 
-def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
-    """Create the events tables, then start ``lake_events`` (its topic must exist: ``lake stack up`` makes it)."""
-    from spark_jobs.streaming.common import kafka_source, require_topic, start_with_query_conf
+def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Callable[[DataFrame, int], DataFrame],
+                   process: Callable[[DataFrame, int], None], pool: str) -> StreamingQuery:
+    """Start ``query`` over the events topic: ``plan(kafka source, watermark minutes)`` -> ``process`` per batch,
+    with the de-duplication state's settings for this query alone, in scheduler ``pool`` (both events queries)."""
+    from spark_jobs.streaming.common import kafka_source, start_with_query_conf
     from spark_jobs.table_io import checkpoint_location
 
-    ensure_log_output()
-    require_topic(settings, TOPIC)
-    app = EventsApp(spark, settings)
-    app.ensure_tables()
     source = kafka_source(spark, settings, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger)
     # State store partitions (fixed in the checkpoint at its first batch: LAKE_EVENTS_STATE_PARTITIONS); each is
     # a RocksDB instance opened, committed and uploaded per batch.
     query_conf = {**STATE_STORE_CONF, "spark.sql.shuffle.partitions": str(settings.events_state_partitions)}
-    return start_with_query_conf(spark, query_conf, ARCHIVE, lambda: (
-        events_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
-        .foreachBatch(app.process)
-        .option("checkpointLocation", checkpoint_location(settings, QUERY))
+    return start_with_query_conf(spark, query_conf, pool, lambda: (
+        plan(source, settings.events_watermark_minutes).writeStream.queryName(query)
+        .foreachBatch(process)
+        .option("checkpointLocation", checkpoint_location(settings, query))
         .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
         .start()))
+
+
+def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
+    """Create the events tables, then start ``lake_events`` (its topic must exist: ``lake stack up`` makes it)."""
+    from spark_jobs.streaming.common import require_topic
+
+    ensure_log_output()
+    require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
+    app = EventsApp(spark, settings)
+    app.ensure_tables()
+    return start_on_topic(spark, settings, QUERY, events_stream, app.process, ARCHIVE)

@@ -190,18 +190,10 @@ def _utc(value: datetime) -> datetime:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the hot tables, then start ``lake_events_hot`` in the ``hot`` pool."""
-    from spark_jobs.streaming.common import kafka_source, require_topic, start_with_query_conf
-    from spark_jobs.streaming.events import STATE_STORE_CONF
-    from spark_jobs.table_io import checkpoint_location
+    from spark_jobs.streaming.common import require_topic
+    from spark_jobs.streaming.events import start_on_topic
 
-    require_topic(settings, TOPIC)
+    require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
     app = HotApp(spark, settings)
     app.ensure_tables()
-    source = kafka_source(spark, settings, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger)
-    query_conf = {**STATE_STORE_CONF, "spark.sql.shuffle.partitions": str(settings.events_state_partitions)}
-    return start_with_query_conf(spark, query_conf, HOT, lambda: (
-        hot_stream(source, settings.events_watermark_minutes).writeStream.queryName(QUERY)
-        .foreachBatch(app.process)
-        .option("checkpointLocation", checkpoint_location(settings, QUERY))
-        .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
-        .start()))
+    return start_on_topic(spark, settings, QUERY, hot_stream, app.process, HOT)
