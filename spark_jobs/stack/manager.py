@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -198,19 +199,57 @@ def down() -> None:
     log.info("  stopped")
 
 
-def _leftover_processes(settings: Settings) -> list[psutil.Process]:
-    """Processes still using our state dir (e.g. a child that escaped its group)."""
-    marker = str(settings.state_dir)
-    me = os.getpid()
+def _path_pattern(state_dir: Path) -> re.Pattern[str]:
+    """``state_dir`` as a whole path in an argument: the argument itself, a path under it, or a value after ``=``,
+    ``:`` or ``,`` (``-Dx=<dir>/conf``, a class path). ``/x/.lake`` does not match ``/x/.lake-cluster``."""
+    dirs = sorted({str(state_dir), os.path.abspath(state_dir)}, key=len, reverse=True)
+    alternatives = "|".join(re.escape(d.rstrip("/")) for d in dirs)
+    return re.compile(rf"(?:^|(?<=[\s=:,;'\"]))(?:{alternatives})(?=$|[/\s=:,;'\"])")
+
+
+def _is_client(cmdline: list[str]) -> bool:
+    """A ``lake`` command or a pytest run: names the state dir in its arguments but is not one of the stack's."""
+    head = [os.path.basename(a) for a in cmdline[:3]]
+    return any(h in ("lake", "pytest", "py.test") for h in head) or "pytest" in cmdline[1:3] \
+        or any(a.startswith("spark_jobs.cli") for a in cmdline[1:3])
+
+
+def owned_by(state_dir: Path, cmdline: list[str], environ: dict[str, str] | None) -> bool:
+    """Whether a process with ``cmdline`` and ``environ`` (None: not readable) belongs to the stack of
+    ``state_dir``.
+
+    The stack's supervisord is started with :data:`~spark_jobs.stack.supervisor.OWNER_ENV` set to its state dir,
+    and every program and their children inherit it: where the marker is present, it alone decides. A process
+    without it (unreadable environment, or started by an older ``lake``) belongs if an argument names the state
+    dir as a whole path (not a prefix of ``<dir>-cluster``) and it is not a ``lake`` command or pytest run.
+    """
+    owner = (environ or {}).get(supervisor.OWNER_ENV)
+    if owner is not None:
+        return owner in (str(state_dir), os.path.abspath(state_dir))
+    pattern = _path_pattern(state_dir)
+    return any(pattern.search(arg) for arg in cmdline) and not _is_client(cmdline)
+
+
+def stack_processes(state_dir: Path) -> list[psutil.Process]:
+    """Live processes of the stack in ``state_dir`` (:func:`owned_by`), except this process and its ancestors."""
+    me = psutil.Process()
+    skip = {me.pid, *(p.pid for p in me.parents())}
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            cmd = " ".join(proc.info["cmdline"] or [])
-        except psutil.Error:
+        if proc.info["pid"] in skip:
             continue
-        if proc.info["pid"] != me and marker in cmd and "lake " not in cmd and "pytest" not in cmd:
+        try:
+            environ: dict[str, str] | None = proc.environ()
+        except psutil.Error:
+            environ = None  # another user's process (or gone): its arguments decide
+        if owned_by(state_dir, list(proc.info["cmdline"] or []), environ):
             found.append(proc)
     return found
+
+
+def _leftover_processes(settings: Settings) -> list[psutil.Process]:
+    """Processes of our stack still alive after supervisord stopped (e.g. a child that escaped its group)."""
+    return stack_processes(settings.state_dir)
 
 
 #: supervisord states of a program that has failed: a crash loop given up (FATAL), retrying after quick exits

@@ -24,6 +24,10 @@ from spark_jobs.stack.services import Program, Service, stream_program
 
 log = logging.getLogger(__name__)
 
+#: Set to the state dir in supervisord's environment, so every program and their children carry it: how
+#: ``lake stack down`` tells its own leftovers from another state dir's (spark_jobs.stack.manager.owned_by).
+OWNER_ENV = "LAKESTREAM_STACK_STATE_DIR"
+
 # sockaddr_un.sun_path is 108 bytes on Linux.
 _MAX_SOCKET_PATH = 100
 
@@ -182,7 +186,8 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
         return
     socket_path(settings).unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf_path(settings))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = {**os.environ, OWNER_ENV: str(settings.state_dir)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         detail = proc.stderr.strip() or proc.stdout.strip()
         raise StackError(f"supervisord failed to start ({' '.join(cmd)}): {detail}")
