@@ -19,7 +19,8 @@ help:
 	@echo "make test-integration  setup + up + integration tests against the real stack + down"
 	@echo "make test-cluster      the CDC, events and cluster tests on a Spark standalone cluster (own stack in .lake-cluster)"
 	@echo "make lint    ruff + mypy"
-	@echo "make clean   down, then delete the state dir (.lake)"
+	@echo "make clean   down, then DELETE the state dir (LAKE_STATE_DIR, default .lake): every secret and all data;"
+	@echo "             asks on a terminal, else needs FORCE=1 (lake stack clean)"
 
 setup:
 	@bash infra/setup.sh
@@ -80,5 +81,8 @@ test-cluster: setup
 	$(CLUSTER_ENV) $(LAKE) stack down || true; \
 	exit $$rc
 
-clean: down
-	rm -rf .lake
+# `lake stack clean` resolves the state dir from the settings (LAKE_STATE_DIR), stops the stack and asks before
+# deleting; FORCE=1 answers for it (no terminal: CI, scripts).
+clean:
+	@if [ ! -x $(LAKE) ]; then echo "make clean: $(LAKE) is not installed (make setup); nothing was deleted" >&2; exit 1; fi
+	@$(LAKE) stack clean $(if $(filter 1,$(FORCE)),--yes)

@@ -37,6 +37,47 @@ def down() -> int:
     return 0
 
 
+def _interactive() -> bool:
+    """Whether someone can answer a question (stdin and stderr on a terminal)."""
+    import sys
+
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+@group.command("clean")
+@click.option("--yes", is_flag=True, help="delete without asking (scripts, CI; `make clean FORCE=1`)")
+def clean(yes: bool) -> int:
+    """Stop the stack, then DELETE its state dir: every secret and all data.
+
+    The state dir is LAKE_STATE_DIR (default .lake in the checkout). It holds the generated passwords and keys
+    (.env), PostgreSQL (the shop, Airflow's metadata, the catalog), Kafka's topics and MinIO's bucket with every
+    table (bronze is the only copy of the history). Asks on a terminal; elsewhere needs --yes.
+    """
+    from spark_jobs.cli.base import fail
+    from spark_jobs.settings import load_settings
+    from spark_jobs.stack import manager
+
+    settings = load_settings()
+    state_dir = settings.state_dir
+    problem = manager.clean_refusal(state_dir)
+    if problem:
+        return fail("lake stack clean", f"refusing: {problem}")
+    if not state_dir.exists():
+        click.echo(f"lake stack clean: {state_dir} does not exist; nothing to delete")
+        return 0
+    if not yes:
+        what = (f"This stops the stack and deletes {state_dir}: every secret (passwords, keys, tokens in .env) and all "
+                "data (PostgreSQL, Kafka topics, every lake table in MinIO, logs). It cannot be undone.")
+        if not _interactive():
+            return fail("lake stack clean", f"{what} Not on a terminal, so not asking: pass --yes "
+                        "(make clean FORCE=1) to delete it.")
+        if not click.confirm(f"{what}\nDelete {state_dir}?", default=False, err=True):
+            click.echo("lake stack clean: nothing deleted", err=True)
+            return 1
+    manager.clean(settings)
+    return 0
+
+
 @group.command("status")
 @json_option()
 def status(as_json: bool) -> int:

@@ -181,8 +181,9 @@ def up(only: list[str] | None = None) -> Settings:
     return settings
 
 
-def down() -> None:
-    settings = load_settings()
+def down(settings: Settings | None = None) -> None:
+    """Stop supervisord and its programs, then kill what is left of this state dir's stack (:func:`owned_by`)."""
+    settings = settings or load_settings()
     pid = supervisor.daemon_pid(settings)
     if pid is None:
         log.info(f"lake stack down: nothing running for {settings.state_dir}")
@@ -250,6 +251,59 @@ def stack_processes(state_dir: Path) -> list[psutil.Process]:
 def _leftover_processes(settings: Settings) -> list[psutil.Process]:
     """Processes of our stack still alive after supervisord stopped (e.g. a child that escaped its group)."""
     return stack_processes(settings.state_dir)
+
+
+#: What a state dir made by ``lake stack up`` holds; ``lake stack clean`` deletes only a folder with one of them.
+_STATE_DIR_ENTRIES = (".env", "conf", "data", "logs", "run")
+
+
+def clean_refusal(state_dir: Path) -> str | None:
+    """Why ``state_dir`` must not be deleted by ``lake stack clean`` (None: it may be): the checkout, a folder
+    holding it, ``/`` or a home, or an existing folder that does not look like a state dir (a mistyped
+    ``LAKE_STATE_DIR``)."""
+    from spark_jobs.settings import REPO_ROOT
+
+    target = Path(os.path.abspath(state_dir))
+    if target == target.parent or target in (Path.home().absolute(), Path(os.path.abspath(REPO_ROOT))) \
+            or target in Path(os.path.abspath(REPO_ROOT)).parents:
+        return f"{target} is the checkout, a folder holding it, / or a home: not a state dir; check LAKE_STATE_DIR"
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        return f"{target} is not a folder (a link or a file): delete it by hand if it is really the state dir"
+    if target.is_dir() and any(target.iterdir()) and not any((target / e).exists() for e in _STATE_DIR_ENTRIES):
+        return (f"{target} does not look like a Lakestream state dir (none of {', '.join(_STATE_DIR_ENTRIES)} in it); "
+                "check LAKE_STATE_DIR")
+    return None
+
+
+def clean(settings: Settings) -> None:
+    """Stop the stack (:func:`down`), then delete its state dir: data, logs and secrets.
+
+    The folder itself stays (empty) when its parent is not writable by whoever runs this (the service user
+    ``lake`` switches to, in a root-owned checkout)."""
+    import shutil
+
+    state_dir = settings.state_dir
+    problem = clean_refusal(state_dir)
+    if problem:
+        raise StackError(f"lake stack clean: refusing: {problem}")
+    down(settings)
+    if not state_dir.exists():
+        log.info(f"lake stack clean: {state_dir} does not exist; nothing to delete")
+        return
+    for entry in sorted(state_dir.iterdir()):
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError as exc:
+            raise StackError(f"lake stack clean: could not delete {entry}: {exc}; delete it as its owner") from exc
+    try:
+        state_dir.rmdir()
+        log.info(f"lake stack clean: deleted {state_dir}")
+    except PermissionError:
+        log.info(f"lake stack clean: emptied {state_dir} (its parent is not writable by this user, so the empty "
+                 "folder stays)")
 
 
 #: supervisord states of a program that has failed: a crash loop given up (FATAL), retrying after quick exits

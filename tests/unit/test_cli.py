@@ -41,7 +41,8 @@ COMMANDS = _commands(cli.lake)
 
 def test_the_tree_has_every_documented_command() -> None:
     paths = {" ".join(p) for p, _ in COMMANDS}
-    for expected in ("stack up", "stack down", "stack status", "stack logs", "connectors apply", "connectors status",
+    for expected in ("stack up", "stack down", "stack clean", "stack status", "stack logs", "connectors apply",
+                     "connectors status",
                      "stream run", "stream start", "stream stop", "stream status", "stream wait", "loadgen cdc",
                      "loadgen events", "loadgen history", "bench cdc", "bench events", "bench gold", "bench dq",
                      "gold build", "gold backfill", "dq status", "dq history", "dq run", "reconcile events",
