@@ -4,7 +4,7 @@ VENV ?= $(CURDIR)/.venv
 LAKE := $(VENV)/bin/lake
 PY := $(VENV)/bin/python
 
-.PHONY: help setup up down status demo test test-unit test-dags test-integration test-cluster lint clean
+.PHONY: help setup up down status demo test test-unit test-dags test-integration test-cluster lint clean lock jar-checksums
 
 help:
 	@echo "make help    this list"
@@ -19,6 +19,8 @@ help:
 	@echo "make test-integration  setup + up + integration tests against the real stack + down"
 	@echo "make test-cluster      the CDC, events and cluster tests on a Spark standalone cluster (own stack in .lake-cluster)"
 	@echo "make lint    ruff + mypy"
+	@echo "make lock    regenerate requirements.lock + requirements-build.lock (hashes) after a pin changed in pyproject"
+	@echo "make jar-checksums  rewrite infra/jvm/checksums.sha256 from the jar cache after a version bump in a pom"
 	@echo "make clean   down, then DELETE the state dir (LAKE_STATE_DIR, default .lake): every secret and all data;"
 	@echo "             asks on a terminal, else needs FORCE=1 (lake stack clean)"
 
@@ -40,6 +42,13 @@ demo: up
 lint:
 	$(VENV)/bin/ruff check spark_jobs dags tests
 	$(VENV)/bin/mypy
+
+# Supply chain (README, Setup). ARGS passes options to uv pip compile, e.g. ARGS="--upgrade-package httpx".
+lock:
+	@bash infra/lock.sh $(ARGS)
+
+jar-checksums:
+	$(PY) -m spark_jobs.cli.jar_checksums write
 
 test-unit:
 	$(PY) -m pytest tests/unit tests/dags

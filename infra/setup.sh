@@ -44,7 +44,8 @@ command -v go >/dev/null || die "go not found; MinIO is built from its Go module
 if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     step "installing PostgreSQL 15 server binaries (apt)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; } \
+      || die "apt-get could not install postgresql-15 (see above); install it, or fix the apt sources, and rerun"
   else
     die "PostgreSQL server binaries not found; sudo apt-get install postgresql-15"
   fi
@@ -54,7 +55,8 @@ fi
 if ! command -v chromium >/dev/null; then
   if [ "$(id -u)" = 0 ]; then
     step "installing Debian's chromium (browser test of the Airflow UI)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+      || die "apt-get could not install chromium (see above); install it, or fix the apt sources, and rerun"
   else
     echo "warning: chromium not found; the Airflow UI browser test will fail (sudo apt-get install chromium)" >&2
   fi
@@ -62,8 +64,10 @@ fi
 echo "ok ($(java -version 2>&1 | head -1), $(go version | cut -d' ' -f3), $("$PYTHON" --version))"
 
 step "Python environment $VENV"
+# Everything from the hash-locked files (make lock; README, Setup): pip refuses any file whose hash is not pinned,
+# and builds (pyspark is an sdist, the project itself) use the pinned setuptools/wheel, not an unhashed download.
 stamp="$VENV/.lake-stamp"
-want="$(sha "$REPO/pyproject.toml")"
+want="$(sha "$REPO/pyproject.toml" "$REPO/requirements.lock" "$REPO/requirements-build.lock")"
 base="$("$PYTHON" -c 'import sys; print(sys.base_prefix)')"
 if [ -x "$VENV/bin/python" ] && [ "$("$VENV/bin/python" -c 'import sys; print(sys.base_prefix)' 2>/dev/null)" != "$base" ]; then
   echo "recreating $VENV on $PYTHON ($base): it was made with another Python"
@@ -71,27 +75,49 @@ if [ -x "$VENV/bin/python" ] && [ "$("$VENV/bin/python" -c 'import sys; print(sy
 fi
 if [ ! -x "$VENV/bin/python" ]; then "$PYTHON" -m venv "$VENV"; fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q --require-hashes -r "$REPO/requirements-build.lock" \
+    || die "pip could not install requirements-build.lock (pip, setuptools, wheel; see above)"
   # pyspark is ~450 MB; pip keeps the built wheel in ~/.cache/pip for next time.
-  "$VENV/bin/pip" install --progress-bar on -e "$REPO[dev]"
+  "$VENV/bin/pip" install --progress-bar on --require-hashes --no-build-isolation -r "$REPO/requirements.lock" \
+    || die "pip could not install requirements.lock (see above: a download failed or a hash differs; a changed pin in pyproject.toml needs make lock)"
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$REPO" || die "pip could not install the project itself (-e $REPO)"
+  "$VENV/bin/pip" check || die "the venv's packages do not fit together (pip check, above); run make lock and rerun"
   echo "$want" > "$stamp"
 else
-  "$VENV/bin/pip" install -q --no-deps -e "$REPO" >/dev/null
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$REPO" >/dev/null
   echo "up to date"
 fi
+
+verify_jars() {  # group: every file against infra/jvm/checksums.sha256 (make jar-checksums after a version bump)
+  "$VENV/bin/python" -m spark_jobs.cli.jar_checksums verify "$CACHE/jars" "$1" \
+    || die "the $1 jars in $CACHE/jars/$1 do not match infra/jvm/checksums.sha256 (each file named above)"
+}
 
 resolve() {  # group, maven goal args...
   local group="$1"; shift
   local dest="$CACHE/jars/$group" pom="$REPO/infra/jvm/$group/pom.xml"
   local want; want="$(sha "$pom")"
   if [ "$(cat "$dest/.lake-stamp" 2>/dev/null)" = "$want" ]; then
-    echo "$group jars up to date ($(ls "$dest" | wc -l) entries)"; return
+    verify_jars "$group"; return
   fi
   rm -rf "$dest" "$CACHE/jars/.markers-$group"; mkdir -p "$dest"
   echo "resolving $group artifacts from Maven Central into $dest (cached in ~/.m2)"
   # A bar of the downloads on a terminal; otherwise the "Downloaded from", BUILD and ERROR lines (CI logs).
-  "${MVN[@]}" -f "$pom" "$@" | "$VENV/bin/python" -m spark_jobs.cli.progress_lines maven --label "$group" || true
+  # Maven's own exit status decides (PIPESTATUS): a failed download leaves a partial set, never stamped.
+  local log; log="$(mktemp)"
+  set +e
+  "${MVN[@]}" -f "$pom" "$@" 2>&1 | tee "$log" | "$VENV/bin/python" -m spark_jobs.cli.progress_lines maven --label "$group"
+  local status=("${PIPESTATUS[@]}")
+  set -e
+  if [ "${status[0]}" -ne 0 ] || [ "${status[1]}" -ne 0 ] || [ "${status[2]}" -ne 0 ]; then
+    local why; why="$(grep -E '^\[ERROR\] .*(artifact|resolve|transfer|find|Failed)' "$log" | head -3 | cut -c1-400)"
+    rm -f "$log"
+    die "Maven failed (exit ${status[0]}) resolving the $group artifacts (infra/jvm/$group/pom.xml) into $dest; nothing was stamped, the next run retries.${why:+
+$why}"
+  fi
+  rm -f "$log"
   [ "$(ls -A "$dest")" ] || die "Maven resolved nothing for $group; see the output above (is Maven Central reachable?)"
+  verify_jars "$group"
   echo "$want" > "$dest/.lake-stamp"
 }
 
@@ -112,8 +138,13 @@ else
   total="$(cd "$(go env GOMODCACHE)/$MINIO_MODULE@$MINIO_VERSION" 2>/dev/null \
     && GOFLAGS=-mod=mod go list -deps . 2>/dev/null | wc -l)" || total=""
   # A bar on a terminal; otherwise a line per 50 packages (CI logs). Compile errors are printed either way.
+  # go's own exit status decides (PIPESTATUS): a failed download or build must not leave an older binary in use.
+  set +e
   GOBIN="$CACHE/bin" GOFLAGS=-mod=mod go install -v "$MINIO_MODULE@$MINIO_VERSION" 2>&1 \
     | "$VENV/bin/python" -m spark_jobs.cli.progress_lines go --label MinIO ${total:+--total "$total"}
+  status=("${PIPESTATUS[@]}")
+  set -e
+  [ "${status[0]}" -eq 0 ] || die "go install $MINIO_MODULE@$MINIO_VERSION failed (exit ${status[0]}; its errors are above: a module download from the Go proxy or the build)"
   [ -x "$bin" ] || die "go install $MINIO_MODULE@$MINIO_VERSION produced no binary"
   echo "$MINIO_VERSION" > "$bin.version"
 fi
