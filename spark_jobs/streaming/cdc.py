@@ -221,7 +221,7 @@ class CdcApp:
             raw.unpersist()
             jobs.leave()
         if self.settings.stream_log_jobs:
-            log.info("lake stream: %s batch %d jobs: %s", QUERY, batch_id, jobs.job_names())
+            jobs.log()
         self.timings["batch.jobs"] = float(jobs.jobs())
         self.timings["batch.delta_commits"] = float(jobs.commits)
         self._record_progress(per_partition, batch_id, started)

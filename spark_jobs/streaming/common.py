@@ -190,6 +190,16 @@ def query_id(spark: SparkSession, name: str) -> str:
     raise RuntimeError(f"streaming query {name} is not active")
 
 
+def last_trigger_ms(spark: SparkSession, name: str) -> dict[str, int] | None:
+    """Spark's own timing of query ``name``'s previous trigger (``durationMs``: latestOffset, queryPlanning,
+    addBatch, walCommit, commitOffsets, triggerExecution), for the status files and the benches: the part of a
+    batch outside ``foreachBatch`` (offset and commit logs, planning) is visible only here."""
+    for query in spark.streams.active:
+        if query.name == name and query.lastProgress:
+            return {str(k): int(v) for k, v in (query.lastProgress.get("durationMs") or {}).items()}
+    return None
+
+
 #: Kafka consumer ``fetch.max.wait.ms`` of the streaming queries (see ``start_kafka_query``).
 KAFKA_FETCH_MAX_WAIT_MS = 20
 

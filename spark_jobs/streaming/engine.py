@@ -13,11 +13,14 @@ it made (:meth:`BatchJobs.committed`), and ``lake bench`` prints both per batch 
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.settings import Settings
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,3 +139,30 @@ class BatchJobs:
             name = name.split("\n")[0][:120]
             names[name] = names.get(name, 0) + 1
         return names
+
+    def log(self) -> None:
+        """Log this batch's jobs by name and its stages with their times (``LAKE_STREAM_LOG_JOBS=true``)."""
+        log.info("lake stream: %s jobs: %s", self.group, self.job_names())
+        log.info("lake stream: %s stages (name, tasks, wall s, task s): %s", self.group, self.stage_seconds())
+
+    def stage_seconds(self) -> list[tuple[str, int, float, float]]:
+        """Every stage of this batch's jobs: (name, tasks, wall seconds, task seconds summed), in stage order;
+        logged with the job names (``LAKE_STREAM_LOG_JOBS=true``) to see where a batch's time goes."""
+        sc = self.spark.sparkContext._jsc.sc()
+        store = sc.statusStore()
+        out: list[tuple[int, str, int, float, float]] = []
+        for job_id in sc.statusTracker().getJobIdsForTag(self.group):
+            from py4j.protocol import Py4JJavaError
+
+            try:
+                ids = store.job(job_id).stageIds()
+                for i in range(ids.size()):
+                    stage = store.lastStageAttempt(ids.apply(i))
+                    sub, done = stage.submissionTime(), stage.completionTime()
+                    wall = ((done.get().getTime() - sub.get().getTime()) / 1000
+                            if sub.isDefined() and done.isDefined() else 0.0)
+                    out.append((int(stage.stageId()), str(stage.name())[:60], int(stage.numTasks()), wall,
+                                int(stage.executorRunTime()) / 1000))
+            except Py4JJavaError:  # evicted from the store or skipped: not listed
+                continue
+        return [(name, tasks, round(wall, 3), round(run, 3)) for _id, name, tasks, wall, run in sorted(out)]

@@ -56,6 +56,7 @@ from spark_jobs.streaming.common import (
     bronze_schema,
     create_tables,
     ensure_log_output,
+    last_trigger_ms,
     log_batch,
     quarantine_schema,
     query_id,
@@ -190,7 +191,7 @@ class EventsApp:
         ledger["committed_at"] = datetime.now(UTC)  # every table holds the batch from here
         # Counts beside the seconds (the ledger's schema is kept): what the batch cost in Spark jobs and commits.
         if self.settings.stream_log_jobs:
-            log.info("lake stream: %s batch %d jobs: %s", QUERY, batch_id, jobs.job_names())
+            jobs.log()
         ledger["step_seconds"] = [*steps.items(), ("spark_jobs", float(jobs.jobs())),
                                   ("delta_commits", float(jobs.commits + 1))]
         self.ledger.write_once([ledger], app_id, batch_id, "append")
@@ -267,6 +268,7 @@ class EventsApp:
             "watermark": wm.isoformat() if wm else None,
             "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
             "dedup_state": self._state_metrics(),
+            "previous_trigger_ms": last_trigger_ms(self.spark, QUERY),
         })
         write_json_atomic(events_status_path(self.settings), self.progress)
 

@@ -33,7 +33,14 @@ from spark_jobs.contracts.events import TOPIC
 from spark_jobs.delta_rs_tables import DriverTable
 from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
 from spark_jobs.settings import Settings
-from spark_jobs.streaming.common import create_tables, log_batch, query_id, read_json, write_json_atomic
+from spark_jobs.streaming.common import (
+    create_tables,
+    last_trigger_ms,
+    log_batch,
+    query_id,
+    read_json,
+    write_json_atomic,
+)
 from spark_jobs.streaming.engine import HOT, BatchJobs
 from spark_jobs.streaming.events_plan import CHECKED, hot_batch_stats, hot_stream
 from spark_jobs.table_io import ensure_database
@@ -136,7 +143,7 @@ class HotApp:
                 "spark_jobs": jobs.jobs(), "delta_commits": sum(committed) + 1,
             }
             if self.settings.stream_log_jobs:
-                log.info("lake stream: %s batch %d jobs: %s", QUERY, batch_id, jobs.job_names())
+                jobs.log()
             assert self.ledger is not None
             self.ledger.write_once([ledger], app_id, batch_id, "append")
             steps["ledger"] = time.monotonic() - t
@@ -148,7 +155,8 @@ class HotApp:
                               "batch_seconds": round(seconds, 3), "batch_records": received,
                               "spark_jobs": ledger["spark_jobs"], "delta_commits": ledger["delta_commits"],
                               "watermark": self.watermark.isoformat() if self.watermark else None,
-                              "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())}})
+                              "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
+                              "previous_trigger_ms": last_trigger_ms(self.spark, QUERY)})
         write_json_atomic(hot_status_path(self.settings), self.progress)
         log_batch(QUERY, batch_id, received, seconds, steps,
                   logging.INFO if received >= LOG_BATCH_RECORDS else logging.DEBUG)
