@@ -149,6 +149,16 @@ else
   echo "$MINIO_VERSION" > "$bin.version"
 fi
 
+# Data Docs web assets: the npm packages GX's page templates load from CDNs (bootstrap, jQuery, vega, ...),
+# from the npm registry, each tarball checked against the sha512 pinned in spark_jobs/quality/docs_assets.py,
+# into $CACHE/web/npm, which the dq-docs service serves. A failed download or checksum stops setup.
+data_docs_assets() {
+  step "Data Docs web assets (npm registry, sha512-pinned)"
+  "$VENV/bin/python" -m spark_jobs.quality.docs_assets install --cache-dir "$CACHE" \
+    || die "Data Docs assets could not be installed into $CACHE/web/npm (see the error above)"
+}
+data_docs_assets
+
 if [ "$(id -u)" -eq 0 ]; then
   rm -rf "$CACHE/classes"  # compiled helpers now live in each state dir (built by lake stack up)
   chmod -R go+rX "$CACHE"  # readable by the service user lake switches to; nothing secret in it

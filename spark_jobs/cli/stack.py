@@ -122,6 +122,8 @@ def _print_welcome(settings: object) -> None:
                f"  Metastore      {settings.metastore_uri}\n"
                f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user {THRIFT_USER}, password "
                f"LAKE_THRIFT_PASSWORD; beeline -w {thrift_password_path(settings)})\n"
+               f"  Data Docs      http://{settings.host}:{settings.dq_docs_port}/  (user {settings.dq_docs_user}, "
+               f"password: LAKE_DQ_DOCS_PASSWORD in {settings.state_dir / '.env'})\n"
                f"  Logs           {settings.log_dir}\n"
                "  Try: lake sql -e 'SHOW DATABASES'   |   lake stack status"
     )

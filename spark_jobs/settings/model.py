@@ -203,6 +203,9 @@ class Settings(BaseSettings):
 
     # Data quality (spark_jobs.quality)
     dq_docs_port: int = Field(18090, description="static HTTP server of the Great Expectations Data Docs (loopback)")
+    dq_docs_user: str = Field("lake", description=(
+        "Data Docs login (HTTP basic auth on every page and asset) as this user with LAKE_DQ_DOCS_PASSWORD"))
+    dq_docs_password_secret: SecretStr = _secret("LAKE_DQ_DOCS_PASSWORD")
     dq_docs_keep: int = Field(50, description=(
         "Data Docs keeps the newest N validations per table (pages and stored results; rebuilding the index reads "
         "them all, so its cost stays bounded); the whole history stays in ops.dq_results and the trend page."))
@@ -241,6 +244,7 @@ class Settings(BaseSettings):
     s3_access_key = _Plain()
     s3_secret_key = _Plain()
     thrift_password = _Plain()
+    dq_docs_password = _Plain()
     spark_connect_token = _Plain()
     airflow_admin_password = _Plain()
     airflow_secret_key = _Plain()

@@ -10,6 +10,7 @@ import pwd
 import stat
 from pathlib import Path
 
+from spark_jobs.quality import docs_assets
 from spark_jobs.quality.docs import data_docs_dir
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
@@ -174,7 +175,13 @@ def ensure_pools(home: Path, env: dict[str, str]) -> None:
 # ---------------------------------------------------------------- Data Docs
 
 def prepare_data_docs(settings: Settings) -> None:
-    """The Data Docs folder the ``dq-docs`` server serves, with a placeholder until the first validation."""
+    """The Data Docs folder the ``dq-docs`` server serves, with a placeholder until the first validation; the
+    web assets its pages load must be installed (``make setup``)."""
+    assets = docs_assets.assets_dir(settings.cache_dir)
+    missing = docs_assets.missing_files(assets)
+    if missing:
+        raise StackError(f"the Data Docs' web assets are missing from {assets} ({missing[0]} and "
+                         f"{len(missing) - 1} more): run `make setup` (it downloads them from the npm registry)")
     site = data_docs_dir(settings)
     site.mkdir(parents=True, exist_ok=True)
     index = site / "index.html"

@@ -259,7 +259,7 @@ def spark_cluster(settings: Settings) -> Probe:
 def dq_docs(settings: Settings) -> Probe:
     url = f"http://{settings.host}:{settings.dq_docs_port}/index.html"
     try:
-        response = httpx.get(url, timeout=5)
+        response = httpx.get(url, timeout=5, auth=(settings.dq_docs_user, settings.dq_docs_password))
         response.raise_for_status()
         body = response.text[:200_000]
     except httpx.HTTPError as exc:

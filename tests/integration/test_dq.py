@@ -24,6 +24,7 @@ every loadgen range in use (history seeds own ``[(K+1)M, (K+2)M)`` from seed 101
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -491,15 +492,15 @@ def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settin
     assert "DQ silver.orders" in log and "FAILED [warn] total_equals_items" in log, log[-3000:]
     linked = re.search(r"Data Docs: (" + re.escape(f"{base}/validations/silver/orders/") + r"[^\s\"'\\]+?\.html)", log)
     assert linked, f"no served Data Docs URL in the log: {log[-3000:]}"
-    assert "o.total &lt;&gt; coalesce(i.items_amount, 0)" in _get(linked.group(1)), linked.group(1)
+    assert "o.total &lt;&gt; coalesce(i.items_amount, 0)" in _get(linked.group(1), stack), linked.group(1)
 
     # Data Docs served by the stack list this run's validations; the page shows the failed expectation.
-    index = _get(f"{base}/index.html")
+    index = _get(f"{base}/index.html", stack)
     link = f"validations/silver/orders/{urllib.parse.quote(run_id, safe='')}/"
     assert link in index and "silver__orders" in index, f"{link} not in the Data Docs index"
     start = index.index(link)
     page_path = index[start:index.index(".html", start) + len(".html")]
-    page = _get(f"{base}/{page_path}")
+    page = _get(f"{base}/{page_path}", stack)
     # GX renders the expectation (our names are not on the page): total_equals_items' query, and a failure.
     assert "silver.orders" in page and run_id in urllib.parse.unquote(page) and "Failed" in page
     assert "o.total &lt;&gt; coalesce(i.items_amount, 0)" in page
@@ -564,12 +565,22 @@ def test_data_docs_in_a_browser_show_the_failure_and_the_trend(stack: Settings, 
     artifacts = stack.state_dir / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     base = f"http://{stack.host}:{stack.dq_docs_port}"
+    requests: list[str] = []
+    failed: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # The Data Docs' login (HTTP basic auth), as a user types it into the browser's prompt.
+            context = browser.new_context(viewport={"width": 1400, "height": 1000}, http_credentials={
+                "username": stack.dq_docs_user, "password": stack.dq_docs_password})
+            page = context.new_page()
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("requestfailed", lambda r: failed.append(f"{r.url}: {r.failure}"))
+            page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
             page.set_default_timeout(60_000)
-            page.goto(f"{base}/index.html")
+            page.goto(f"{base}/index.html", wait_until="networkidle")
+            # The index's table of validations is filled by bootstrap-table's script, served by the stack.
+            page.locator("table.ge-index-page-validation-results-table tbody tr[data-href]").first.wait_for()
             # The index lists validation runs in a JS table: find this run's silver.orders page and open it.
             link = page.locator(f"a[href*='validations/silver/orders/{urllib.parse.quote(state.dq_run, safe='')}']")
             if link.count() == 0:  # the table renders rows by search; the href is also in the page's data
@@ -584,6 +595,10 @@ def test_data_docs_in_a_browser_show_the_failure_and_the_trend(stack: Settings, 
             expect(failed_row).to_be_visible()
             failed_row.scroll_into_view_if_needed()
             assert "silver.orders" in page.content() and "Failed" in page.content()
+            # Styled by the stack's bootstrap.min.css (.table-sm cells: .3rem padding, 1px solid #dee2e6 on top).
+            cell = page.locator("table.table.table-sm tbody td").first
+            assert cell.evaluate("e => { const s = getComputedStyle(e); return [s.paddingTop, s.borderTopColor]; }") \
+                == ["4.8px", "rgb(222, 226, 230)"]
             page.screenshot(path=str(artifacts / "dq_docs_failed_expectation.png"), full_page=True)
 
             page.goto(f"{base}/index.html")
@@ -598,16 +613,22 @@ def test_data_docs_in_a_browser_show_the_failure_and_the_trend(stack: Settings, 
             page.screenshot(path=str(artifacts / "dq_docs_trend.png"), full_page=True)
         finally:
             browser.close()
+    # Everything came from the stack: no request failed, none went to another machine.
+    assert failed == [], failed
+    assert requests and [u for u in requests if not u.startswith(f"{base}/")] == []
     for name in ("dq_docs_failed_expectation.png", "dq_docs_trend.png"):
         assert (artifacts / name).stat().st_size > 0, name
 
 
-def _get(url: str, wait: float = 60) -> str:
-    """GET a served page; a 404 is retried for ``wait`` seconds (dq-docs renders a task's page after the task)."""
+def _get(url: str, settings: Settings, wait: float = 60) -> str:
+    """GET a served page with the Data Docs login; a 404 is retried for ``wait`` seconds (dq-docs renders a task's
+    page after the task)."""
+    login = base64.b64encode(f"{settings.dq_docs_user}:{settings.dq_docs_password}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {login}"})
     deadline = time.monotonic() + wait
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=60) as resp:
+            with urllib.request.urlopen(request, timeout=60) as resp:
                 body: bytes = resp.read()
                 assert resp.status == 200, (url, resp.status)
             return body.decode("utf-8", "replace")

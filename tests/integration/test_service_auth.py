@@ -1,4 +1,5 @@
-"""Kafka, Connect and the Thrift server on the real stack refuse what a client may not do (issue 20, item 4).
+"""Kafka, Connect, the Thrift server and the Data Docs on the real stack refuse what a client may not do (issue 20,
+item 4; issue 32, item 7).
 
 Each attempt writes one record and then reads the topic's end offsets as ``lake_tools``: a refusal must show
 as a delivery error *and* an unchanged topic, so a record that slipped through fails the test even if the
@@ -159,3 +160,28 @@ def test_the_thrift_server_refuses_a_wrong_login(stack: Settings, user: str, pas
     # ... while the right login of the same server answers.
     right = beeline(stack, "SELECT 41 + 1 AS answer", user="lake", password_file=thrift_password_path(stack))
     assert right.stdout.split()[-2:] == ["answer", "42"]
+
+
+@pytest.mark.parametrize("credentials", ["none", "wrong password", "wrong user"])
+def test_data_docs_refuse_a_caller_without_the_login(stack: Settings, credentials: str) -> None:
+    import httpx
+
+    from spark_jobs.quality import docs, docs_assets
+
+    base = f"http://{stack.host}:{stack.dq_docs_port}"
+    auth = {"none": None, "wrong password": (stack.dq_docs_user, "wrong"),
+            "wrong user": ("admin", stack.dq_docs_password)}[credentials]
+    site = docs.data_docs_dir(stack)
+    pages = sorted("/" + p.relative_to(site).as_posix() for p in site.rglob("*.html"))[:50]
+    paths = ["/", "/index.html", *pages, docs_assets.BOOTSTRAP.url_path("dist/css/bootstrap.min.css")]
+    for path in paths:
+        refused = httpx.get(base + path, auth=auth, timeout=10)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith("Basic"), path
+        assert "<html" not in refused.text.lower(), path
+    # ... while the right login gets every page, with no asset from another machine.
+    right = (stack.dq_docs_user, stack.dq_docs_password)
+    for path in paths:
+        page = httpx.get(base + path, auth=right, timeout=10)
+        assert page.status_code == 200, (path, page.status_code)
+        if path.endswith((".html", "/")):
+            assert docs_assets.external_asset_urls(page.text) == [], path

@@ -164,7 +164,7 @@ def test_env_example_is_rendered_from_the_model() -> None:
 def test_each_secret_reads_its_lake_name() -> None:
     aliases = {f.validation_alias for f in Settings.model_fields.values() if f.validation_alias}
     assert aliases == {env_name(name) for name in SECRET_NAMES}
-    assert len(SECRET_NAMES) == 19
+    assert len(SECRET_NAMES) == 20
 
 
 def test_every_port_setting_is_checked_for_clashes() -> None:

@@ -23,7 +23,8 @@ SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3se
            "LAKE_PG_APP_PASSWORD": "pgAppPw123", "LAKE_KAFKA_BROKER_PASSWORD": "kafkaBrokerPw123",
            "LAKE_KAFKA_TOOLS_PASSWORD": "kafkaToolsPw123", "LAKE_KAFKA_CONNECT_PASSWORD": "kafkaConnectPw123",
            "LAKE_KAFKA_STREAM_PASSWORD": "kafkaStreamPw123", "LAKE_KAFKA_PRODUCER_PASSWORD": "kafkaProducerPw123",
-           "LAKE_CONNECT_REST_PASSWORD": "connectRestPw123", "LAKE_THRIFT_PASSWORD": "thriftPw123"}
+           "LAKE_CONNECT_REST_PASSWORD": "connectRestPw123", "LAKE_THRIFT_PASSWORD": "thriftPw123",
+           "LAKE_DQ_DOCS_PASSWORD": "dqDocsPw123"}
 
 
 @pytest.fixture
