@@ -141,7 +141,8 @@ def batch_deltas(events: DataFrame) -> DataFrame:
     Columns: ``table`` (the view's table), ``window_start``, ``window_end``,
     every metric of :data:`HOT_VIEWS` (NULL where the view has no such
     metric), ``user_ids`` (the window's distinct on-time users; NULL unless
-    the view keeps a user set) and ``late_events``. Grain: one row per
+    the view keeps a user set), ``late_events`` and, when ``events`` carry the records' ``kafka_timestamp``,
+    ``newest_kafka_time`` (the hot query's watermark and freshness). Grain: one row per
     (view, window) the batch touches: a handful, whatever the batch size.
 
     One aggregation pass: each event is expanded to one row per view (its window in that view), grouped by
@@ -156,13 +157,16 @@ def batch_deltas(events: DataFrame) -> DataFrame:
 
     per_view = F.explode(F.array(*[F.struct(F.lit(i).alias("v"), window(view).alias("w"))
                                    for i, view in enumerate(HOT_VIEWS)])).alias("vw")
-    rows = events.select(per_view, "event_type", "user_id", "revenue", "_late")
+    stamped = "kafka_timestamp" in events.columns
+    rows = events.select(per_view, "event_type", "user_id", "revenue", "_late",
+                         *(["kafka_timestamp"] if stamped else []))
     on_time = ~F.col("_late")
     exprs = _additive_metrics(on_time)
     users = F.array_sort(F.collect_set(F.when(on_time, F.col("user_id"))))
     grouped = rows.groupBy(F.col("vw.v").alias("v"), F.col("vw.w").alias("w")).agg(
         *[exprs[name].alias(name) for name, _t in metrics if name != "active_users"],
-        users.alias("_users"), F.count(F.when(F.col("_late"), F.lit(1))).cast("bigint").alias("late_events"))
+        users.alias("_users"), F.count(F.when(F.col("_late"), F.lit(1))).cast("bigint").alias("late_events"),
+        *([F.max("kafka_timestamp").alias("newest_kafka_time")] if stamped else []))
     view_of = F.col("v")
     table = F.element_at(F.array(*[F.lit(view.table) for view in HOT_VIEWS]), view_of + 1)
     keeps_users = F.element_at(F.array(*[F.lit(view.user_set) for view in HOT_VIEWS]), view_of + 1)
@@ -174,6 +178,8 @@ def batch_deltas(events: DataFrame) -> DataFrame:
         cols.append(F.when(has, value).otherwise(F.lit(None).cast(_TYPES[sql_type])).alias(name))
     cols.append(F.when(keeps_users, F.col("_users")).otherwise(F.lit(None).cast("array<bigint>")).alias("user_ids"))
     cols.append(F.col("late_events"))
+    if stamped:
+        cols.append(F.col("newest_kafka_time"))
     return grouped.select(*cols)
 
 

@@ -90,9 +90,10 @@ def checked_schema() -> StructType:
     ])
 
 
-def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
+def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = (),
+                   columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (runs in the executors' Python workers): one compiled contract per task;
-    the ``keep`` columns are carried through unchanged."""
+    only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged."""
     import pyarrow as pa
 
     from spark_jobs.silver.events_arrow import FastCheck, check_records
@@ -102,12 +103,14 @@ def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = ()) 
         if batch.num_rows:
             table = pa.Table.from_batches([batch])
             out = check_records(table, fast=fast)
+            if columns is not None:
+                out = out.select(list(columns))
             for name in keep:
                 out = out.append_column(name, table.column(name))
             yield from out.to_batches()
 
 
-def check_events(records: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+def check_events(records: DataFrame, keep: Sequence[str] = (), columns: Sequence[str] | None = None) -> DataFrame:
     """Raw records -> the same rows with the contract's verdict and typed fields (``checked_schema``).
 
     In: ``key``, ``value`` (binary), ``topic``, ``partition`` int, ``offset``
@@ -116,12 +119,17 @@ def check_events(records: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     dropped. Grain: one row per record. ``_reason`` is NULL for a valid
     record, else one code of ``spark_jobs.contracts.events.REASONS``, with
     ``_error`` naming the field. Works on streaming frames too (no state).
+    ``columns`` narrows the output to those of ``checked_schema`` (the hot query takes five fields and the
+    verdict: less to hand back from the Python workers).
     """
     if "kafka_timestamp" not in records.columns:
         records = records.withColumnRenamed("timestamp", "kafka_timestamp")
     raw = records.select(*[f.name for f in RAW_FIELDS], *keep)
-    schema = StructType([*checked_schema().fields, *[raw.schema[name] for name in keep]])
-    return raw.mapInArrow(partial(_check_batches, keep=tuple(keep)), schema)
+    out = checked_schema()
+    fields = out.fields if columns is None else [out[name] for name in columns]
+    schema = StructType([*fields, *[raw.schema[name] for name in keep]])
+    return raw.mapInArrow(partial(_check_batches, keep=tuple(keep), columns=None if columns is None else
+                                  tuple(columns)), schema)
 
 
 def silver_columns() -> list[str]:

@@ -71,37 +71,30 @@ def late_flag(watermark_minutes: int) -> Column:
     return F.col("_event_time") < F.col("kafka_timestamp") - F.expr(f"INTERVAL {int(watermark_minutes)} MINUTES")
 
 
+#: The hot query's columns of the contract's verdict (:func:`hot_stream`): what the windows and the freshness need.
+HOT_CHECK_COLUMNS = ("kafka_timestamp", "_reason", "_event_id", "_event_type", "_user_id", "_event_time",
+                     "_p_revenue")
+
+
 def hot_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
     """The hot query's plan up to ``foreachBatch``: what the windows need and nothing else.
 
-    Two branches of one Kafka read, as :func:`events_stream` but narrow: ``_kind`` = "raw" rows carry only the
-    coordinates (the batch's offsets per partition), ``_kind`` = "checked" rows only the valid events' window
-    fields (``_event_type``, ``_user_id``, ``_event_time``, ``_p_revenue``, ``_late``), de-duplicated by
-    ``event_id`` in the state store with the same horizon as the archive query (a narrow state: the id and
-    these few fields).
+    One scan of the Kafka range (no raw branch: the batch's offsets come from the query's offset log,
+    :func:`spark_jobs.streaming.common.batch_offsets`): the contract checked on the executors with only the
+    window fields handed back (``_event_type``, ``_user_id``, ``_event_time``, ``_p_revenue``, ``_late`` and the
+    record's ``kafka_timestamp``), the valid events de-duplicated by ``event_id`` in the state store with the same
+    horizon as the archive query (a narrow state: the id and these few fields).
     """
     from pyspark.sql import functions as F
 
     stamped = source.withColumnRenamed("timestamp", "kafka_timestamp").withColumn(
         "_ingest_time", F.current_timestamp())
-    raw = stamped.select("partition", "offset", "kafka_timestamp", "_ingest_time", F.lit(RAW).alias("_kind"))
-    checked = (check_events(stamped, keep=["_ingest_time"])
-               .where(F.col("_reason").isNull())
-               .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "partition", "offset",
-                       "_ingest_time", late_flag(watermark_minutes).alias("_late"), F.lit(CHECKED).alias("_kind"))
-               .withWatermark("_ingest_time", f"{watermark_minutes} minutes")
-               .dropDuplicatesWithinWatermark(["_event_id"]))
-    return raw.unionByName(checked, allowMissingColumns=True)
-
-
-def hot_batch_stats(frame: DataFrame) -> DataFrame:
-    """Per Kafka partition of a :func:`hot_stream` batch: received, first/last offset, newest Kafka time."""
-    from pyspark.sql import functions as F
-
-    is_raw = F.col("_kind") == RAW
-    return frame.where(is_raw).groupBy("partition").agg(
-        F.count(F.lit(1)).alias("received"), F.min("offset").alias("first_offset"),
-        F.max("offset").alias("last_offset"), F.max("kafka_timestamp").alias("newest_kafka_time"))
+    return (check_events(stamped, keep=["_ingest_time"], columns=HOT_CHECK_COLUMNS)
+            .where(F.col("_reason").isNull())
+            .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "kafka_timestamp",
+                    "_ingest_time", late_flag(watermark_minutes).alias("_late"))
+            .withWatermark("_ingest_time", f"{watermark_minutes} minutes")
+            .dropDuplicatesWithinWatermark(["_event_id"]))
 
 
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:

@@ -4,10 +4,11 @@ The speed layer's own query, apart from the archive (``lake_events``: bronze, si
 archive write never delays a hot commit. It runs in the ``hot`` scheduler pool (:mod:`.engine`), which gets the
 cores before the archive and CDC pools whenever both wait. Per micro-batch:
 
-1. **one Spark job** (:func:`.events_plan.hot_stream` up to ``foreachBatch``): read the Kafka range, check the
-   contract on the executors, de-duplicate by ``event_id`` in the state store (the same horizon as the archive
-   query), and aggregate the batch per hot window (:func:`spark_jobs.hot.events.batch_deltas`) and per Kafka
-   partition; only these few rows reach the driver;
+1. **one Spark job** (:func:`.events_plan.hot_stream` up to ``foreachBatch``): read the Kafka range once, check
+   the contract on the executors (only the window fields come back from the Python workers), de-duplicate by
+   ``event_id`` in the state store (the same horizon as the archive query), and aggregate the batch per hot
+   window (:func:`spark_jobs.hot.events.batch_deltas`); only these few rows reach the driver, which meanwhile
+   reads the batch's offsets from the query's offset log (:func:`.common.batch_offsets`);
 2. **the driver commits** the changed windows of the three hot tables side by side (delta-rs MERGE of a few rows
    each, read back + deltas, :func:`spark_jobs.hot.events.apply_deltas`), then the batch's row of
    ``ops.stream_hot_ledger`` (offsets, commit time, step seconds, Spark jobs, Delta commits).
@@ -29,11 +30,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+
 from spark_jobs.contracts.events import TOPIC
 from spark_jobs.delta_rs_tables import DriverTable
 from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import (
+    batch_offsets,
     create_tables,
     last_trigger_ms,
     log_batch,
@@ -42,8 +46,8 @@ from spark_jobs.streaming.common import (
     write_json_atomic,
 )
 from spark_jobs.streaming.engine import HOT, BatchJobs
-from spark_jobs.streaming.events_plan import CHECKED, hot_batch_stats, hot_stream
-from spark_jobs.table_io import ensure_database
+from spark_jobs.streaming.events_plan import hot_stream
+from spark_jobs.table_io import checkpoint_location, ensure_database
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,6 +95,8 @@ class HotApp:
         self.progress.setdefault("offsets", {})
         self._last_maintenance = time.monotonic()
         self._committers = ThreadPoolExecutor(max_workers=len(HOT_VIEWS), thread_name_prefix="hot-commit")
+        self._readers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hot-offsets")
+        self.checkpoint = checkpoint_location(settings, QUERY)
 
     def ensure_tables(self) -> None:
         for db in ("hot", "ops"):
@@ -101,27 +107,23 @@ class HotApp:
         self.ledger = DriverTable(self.settings, HOT_LEDGER)
 
     def process(self, frame: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
         jobs = BatchJobs(self.spark, QUERY, batch_id, HOT)
         jobs.enter()
-        # Cached: the per-partition counts and the six window aggregates read the batch once (the Kafka range, the
-        # contract check and the de-duplication run once, in the one job that fills the cache).
-        frame = frame.persist()
         try:
             steps: dict[str, float] = {}
             app_id = query_id(self.spark, QUERY)
-            valid = frame.where(F.col("_kind") == CHECKED).select(
+            valid = frame.select(
                 F.col("_event_type").alias("event_type"), F.col("_user_id").alias("user_id"),
-                F.col("_event_time").alias("event_time"), F.col("_p_revenue").alias("revenue"), "_late")
+                F.col("_event_time").alias("event_time"), F.col("_p_revenue").alias("revenue"), "_late",
+                "kafka_timestamp")
             t = time.monotonic()
-            rows = [r.asDict() for r in hot_batch_stats(frame)
-                    .unionByName(batch_deltas(valid), allowMissingColumns=True).collect()]
+            # The batch's offsets from the offset log (two small reads by the driver) while its one job runs.
+            offsets = self._readers.submit(batch_offsets, self.spark, self.checkpoint, batch_id, TOPIC)
+            deltas = [r.asDict() for r in batch_deltas(valid).collect()]
+            spans = offsets.result()
             steps["read_check_dedup_aggregate"] = time.monotonic() - t
-            stats = [r for r in rows if r.get("table") is None]
-            deltas = [r for r in rows if r.get("table") is not None]
-            received = sum(int(r["received"]) for r in stats)
+            received = sum(end - first for first, end in spans.values())
             if received == 0:  # a no-data batch (the state store evicting old ids): nothing to write
                 return
             t = time.monotonic()
@@ -130,14 +132,16 @@ class HotApp:
                                                                       batch_id, now) for view in HOT_VIEWS]]
             hot_committed = datetime.now(UTC)
             steps["hot_commit"] = time.monotonic() - t
-            newest = max(_utc(r["newest_kafka_time"]) for r in stats if r["newest_kafka_time"] is not None)
-            candidate = newest - self.delay
-            self.watermark = candidate if self.watermark is None else max(self.watermark, candidate)
+            times = [_utc(d["newest_kafka_time"]) for d in deltas if d.get("newest_kafka_time") is not None]
+            newest = max(times) if times else None
+            if newest is not None:
+                candidate = newest - self.delay
+                self.watermark = candidate if self.watermark is None else max(self.watermark, candidate)
             t = time.monotonic()
             seconds = time.monotonic() - started
             ledger: dict[str, Any] = {
                 "batch_id": batch_id, "received": received,
-                "offsets": {str(r["partition"]): f"{r['first_offset']}-{r['last_offset']}" for r in stats},
+                "offsets": {str(p): f"{first}-{end - 1}" for p, (first, end) in sorted(spans.items())},
                 "newest_kafka_time": newest, "watermark": self.watermark, "hot_committed_at": hot_committed,
                 "batch_seconds": seconds, "step_seconds": list(steps.items()),
                 "spark_jobs": jobs.jobs(), "delta_commits": sum(committed) + 1,
@@ -148,9 +152,8 @@ class HotApp:
             self.ledger.write_once([ledger], app_id, batch_id, "append")
             steps["ledger"] = time.monotonic() - t
         finally:
-            frame.unpersist()
             jobs.leave()
-        self.progress["offsets"].update({f"{TOPIC}:{r['partition']}": int(r["last_offset"]) for r in stats})
+        self.progress["offsets"].update({f"{TOPIC}:{p}": end - 1 for p, (_first, end) in spans.items()})
         self.progress.update({"query": QUERY, "batch_id": batch_id, "committed_at": hot_committed.isoformat(),
                               "batch_seconds": round(seconds, 3), "batch_records": received,
                               "spark_jobs": ledger["spark_jobs"], "delta_commits": ledger["delta_commits"],
