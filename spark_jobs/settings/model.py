@@ -194,7 +194,11 @@ class Settings(BaseSettings):
     events_max_offsets_per_trigger: int = Field(200000, description=(
         "Events query: batch bound, trigger interval, event-time watermark (late beyond it: kept, counted, "
         "not windowed)"))
-    events_trigger_seconds: int = 1
+    events_trigger_seconds: int = Field(1, description="Trigger interval of the hot query (lake_events_hot)")
+    events_archive_trigger_seconds: int = Field(5, description=(
+        "Trigger interval of the events archive query (lake_events: bronze, silver.events, quarantine, ledger): "
+        "longer than the hot query's, so its fixed per-batch cost (three Delta commits, state store, offset log) "
+        "is paid less often and leaves the cores to the hot path"))
     events_watermark_minutes: int = 10
     events_state_partitions: int = Field(2, description=(
         "Partitions of the events query's de-duplication state (one RocksDB instance each). Fixed in the query's "

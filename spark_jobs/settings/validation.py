@@ -100,9 +100,10 @@ def _check_streaming(s: Settings) -> None:
     if unknown_queries or not s.stream_query_list:
         raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "
                             f"{','.join(STREAM_QUERIES)} (unknown: {','.join(unknown_queries) or 'none given'})")
-    if s.events_max_offsets_per_trigger < 1 or s.events_trigger_seconds < 0 or s.events_watermark_minutes < 1:
+    if (s.events_max_offsets_per_trigger < 1 or s.events_trigger_seconds < 0 or s.events_archive_trigger_seconds < 0
+            or s.events_watermark_minutes < 1):
         raise SettingsError("LAKE_EVENTS_MAX_OFFSETS_PER_TRIGGER and LAKE_EVENTS_WATERMARK_MINUTES must be >= 1, "
-                            "LAKE_EVENTS_TRIGGER_SECONDS >= 0")
+                            "LAKE_EVENTS_TRIGGER_SECONDS and LAKE_EVENTS_ARCHIVE_TRIGGER_SECONDS >= 0")
 
 
 def _check_quality(s: Settings) -> None:

@@ -322,7 +322,7 @@ def _nullable(schema: StructType) -> StructType:
 
 
 def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Callable[[DataFrame, int], DataFrame],
-                   process: Callable[[DataFrame, int], None], pool: str) -> StreamingQuery:
+                   process: Callable[[DataFrame, int], None], pool: str, trigger_seconds: int) -> StreamingQuery:
     """Start ``query`` over the events topic: ``plan(kafka source, watermark minutes)`` -> ``process`` per batch,
     with the de-duplication state's settings for this query alone, in scheduler ``pool`` (both events queries)."""
     from spark_jobs.streaming.common import kafka_source, start_with_query_conf
@@ -336,7 +336,7 @@ def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Ca
         plan(source, settings.events_watermark_minutes).writeStream.queryName(query)
         .foreachBatch(process)
         .option("checkpointLocation", checkpoint_location(settings, query))
-        .trigger(processingTime=f"{settings.events_trigger_seconds} seconds")
+        .trigger(processingTime=f"{trigger_seconds} seconds")
         .start()))
 
 
@@ -348,4 +348,5 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
     app = EventsApp(spark, settings)
     app.ensure_tables()
-    return start_on_topic(spark, settings, QUERY, events_stream, app.process, ARCHIVE)
+    return start_on_topic(spark, settings, QUERY, events_stream, app.process, ARCHIVE,
+                          settings.events_archive_trigger_seconds)

@@ -207,4 +207,4 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
     app = HotApp(spark, settings)
     app.ensure_tables()
-    return start_on_topic(spark, settings, QUERY, hot_stream, app.process, HOT)
+    return start_on_topic(spark, settings, QUERY, hot_stream, app.process, HOT, settings.events_trigger_seconds)
