@@ -78,6 +78,30 @@ def events(rate: float, duration: float, backlog: int, backlog_rate: float, seed
     return 0
 
 
+@group.command("soak")
+@click.option("--minutes", type=float, default=30, show_default=True, help="minutes of load")
+@click.option("--cdc-rate", type=float, default=1000, show_default=True, help="CDC changes/s (lake loadgen cdc)")
+@click.option("--events-rate", type=float, default=5000, show_default=True, help="events/s (lake loadgen events)")
+@click.option("--seed", type=int, default=7, show_default=True,
+              help="loadgen seed (event ids come from it: a new one on each run against the same state)")
+@click.option("--window-minutes", type=float, default=5, show_default=True,
+              help="the first and last windows whose latencies are compared")
+@click.option("--sample-seconds", type=float, default=60, show_default=True, help="heap and lag sampling interval")
+def soak(minutes: float, cdc_rate: float, events_rate: float, seed: int, window_minutes: float,
+         sample_seconds: float) -> int:
+    """CDC and events load at once: first vs last window p95s, silver files, stream heap (figures, no asserts)."""
+    from spark_jobs.bench_soak import bench_soak
+    from spark_jobs.settings import load_settings
+
+    if minutes < 2 * window_minutes:
+        raise click.BadParameter(f"{minutes:g}: at least twice --window-minutes ({window_minutes:g})",
+                                 param_hint="--minutes")
+    result = bench_soak(load_settings(), minutes, cdc_rate, events_rate, seed, window_minutes, sample_seconds,
+                        bars=phase_bars())
+    click.echo(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=2))
+    return 0
+
+
 def _scales(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
     try:
         scales = [int(k) for k in comma_list(value)]

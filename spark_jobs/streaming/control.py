@@ -143,6 +143,12 @@ def report(settings: Settings) -> dict[str, Any]:
     }
 
 
+def total_lag(settings: Settings) -> int:
+    """Records in the app's topics it has not processed yet (every query: the lower of the archive and hot)."""
+    done = processed_offsets(settings)
+    return sum(max(0, high - (int(done.get(tp, -1)) + 1)) for tp, high in kafka_end_offsets(settings).items())
+
+
 def wait(settings: Settings, timeout: float, progress: Callable[[int], None] | None = None) -> bool:
     """Block until every change committed in PostgreSQL before the call is in silver.
 
