@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -17,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 from hypothesis import strategies as st
+from hypothesis.errors import NonInteractiveExampleWarning
 
 from spark_jobs.silver.cdc_parse import PARSE_COLUMNS
 
@@ -99,10 +102,12 @@ def _envelope(draw: st.DrawFn, payload: Any) -> bytes:
 
 @st.composite
 def good_record(draw: st.DrawFn, rows: pa.Schema, keys: list[str], *, extra_columns: bool = True,
-                narrow_times: bool = False, key_values: st.SearchStrategy[int] | None = None) -> Fuzzed:
+                narrow_times: bool = False, key_values: st.SearchStrategy[int] | None = None,
+                ops: Sequence[str] = ("c", "u", "r", "d")) -> Fuzzed:
     """A valid change: every column typed right (some null), a valid position; maybe extra columns with plain
-    names (they go to ``_extra``), maybe the key only in the Kafka key."""
-    op = draw(st.sampled_from(["c", "u", "r", "d"]))
+    names (they go to ``_extra``), maybe the key only in the Kafka key. ``key_values``: the integer key's
+    values (default: any of its type); ``narrow_times``: timestamps in 1970-2100 only."""
+    op = draw(st.sampled_from(list(ops)))
     image: dict[str, Any] = {}
     expected: dict[str, Any] = {}
     for f in rows:
@@ -227,8 +232,11 @@ def bad_record(draw: st.DrawFn, rows: pa.Schema, keys: list[str], *, refused: tu
 
 
 @st.composite
-def tombstone(draw: st.DrawFn, keys: list[str]) -> Fuzzed:
-    return Fuzzed(json.dumps({k: draw(st.integers(1, 10**6)) for k in keys}).encode(), None, "tombstone")
+def tombstone(draw: st.DrawFn, keys: list[str], key_values: st.SearchStrategy[int] | None = None) -> Fuzzed:
+    """A tombstone (null value) of a key (on a compacted topic it erases the key's older records: on the real
+    topic pass ``key_values`` of keys the source never has)."""
+    values = key_values if key_values is not None else st.integers(1, 10**6)
+    return Fuzzed(json.dumps({k: draw(values) for k in keys}).encode(), None, "tombstone")
 
 
 def record(rows: pa.Schema, keys: list[str], refused: tuple[str, ...] = ()) -> st.SearchStrategy[Fuzzed]:
@@ -251,3 +259,11 @@ def wild_record(draw: st.DrawFn, rows: pa.Schema, keys: list[str]) -> tuple[byte
     if value == "bytes":
         return key, draw(st.binary(max_size=100))
     return key, json.dumps(draw(st.sampled_from([payload, {"schema": None, "payload": payload}]))).encode()
+
+
+def sample(strategy: st.SearchStrategy[Fuzzed], n: int) -> list[Fuzzed]:
+    """``n`` varied draws of ``strategy`` outside ``@given``: for a batch bigger than one example's size limit
+    (``@given``'s first example is also its simplest), e.g. one Spark batch or a sample for the real topic."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonInteractiveExampleWarning)
+        return [strategy.example() for _ in range(n)]

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_jobs.silver.cdc_parse import parse_batches, parse_output_schema
-from tests.cdc_fuzz import FORGED_PREFIX, Fuzzed, record, wild_record
+from tests.cdc_fuzz import FORGED_PREFIX, Fuzzed, record, sample, wild_record
 from tests.unit.cdc_records import KAFKA_TS, UTC_US
 
 TOPIC = "shop.public.fuzzed"
@@ -94,18 +94,6 @@ def test_records_of_any_shape_never_raise(records: list[tuple[bytes | None, byte
     for row in rows:
         assert row["_error"] is None or (isinstance(row["_error"], str) and row["_error"]), row
         assert (row["_error"] is None) == (row["_value"] is None)  # a change has no raw copy, a reject has it
-
-
-def sample(strategy: st.SearchStrategy[Fuzzed], n: int) -> list[Fuzzed]:
-    """``n`` varied draws of ``strategy`` outside ``@given`` (a batch of 150 is past one example's size limit,
-    and ``@given``'s first example is its simplest)."""
-    import warnings
-
-    from hypothesis.errors import NonInteractiveExampleWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NonInteractiveExampleWarning)
-        return [strategy.example() for _ in range(n)]
 
 
 def test_a_generated_batch_through_the_real_map_in_arrow_on_spark(spark: Any) -> None:
