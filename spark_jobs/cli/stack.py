@@ -81,7 +81,8 @@ def clean(yes: bool) -> int:
 @group.command("status")
 @json_option()
 def status(as_json: bool) -> int:
-    """Health of each service; exit 1 when a service is down or a program is FATAL/BACKOFF."""
+    """Health of each service; exit 1 when a service is down, a program is FATAL/BACKOFF, or the stream keeps
+    restarting (more than LAKE_STREAM_MAX_RESTARTS in LAKE_STREAM_RESTART_WINDOW_MINUTES)."""
     from spark_jobs.stack import manager
 
     report = manager.status()

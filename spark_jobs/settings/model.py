@@ -187,6 +187,11 @@ class Settings(BaseSettings):
     stream_default_parallelism: int = Field(0, description=(
         "spark.default.parallelism of the streaming app (0: Spark's default, the cores of local[*] or the cluster). "
         "Shuffles take LAKE_SPARK_SHUFFLE_PARTITIONS."))
+    stream_max_restarts: int = Field(3, ge=0, description=(
+        "`lake stack status` fails (exit 1, the last error named) when supervisord restarted the stream after "
+        "unexpected exits more than this many times within LAKE_STREAM_RESTART_WINDOW_MINUTES: a crash loop whose "
+        "every run outlives its start time, which supervisord itself never gives up on"))
+    stream_restart_window_minutes: int = Field(10, ge=1)
     stream_driver_port: int = 17030
     stream_block_manager_port: int = 17031
     stream_queries: str = Field("cdc,events",

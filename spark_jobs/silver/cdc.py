@@ -68,7 +68,7 @@ are parsed again with the wider schema, so nothing is lost meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -226,10 +226,12 @@ def parse_frame(raw: DataFrame, silver: StructType, keys: Sequence[str]) -> Data
 
 
 def parse_tables_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, Sequence[str]]],
-                       unknown_topic: Callable[[str], str]) -> DataFrame:
+                       unknown_topic: Callable[[str], str],
+                       refused: Mapping[str, Collection[str]] | None = None) -> DataFrame:
     """Kafka rows of every CDC topic -> parsed rows of every table, in one ``mapInArrow`` (one Spark job per batch
     instead of one per table). ``tables``: (topic, silver schema, keys); :func:`table_rows` selects one table's
-    rows in :func:`parse_frame`'s shape. A record of another topic is a reject (``unknown_topic(topic)``)."""
+    rows in :func:`parse_frame`'s shape. A record of another topic is a reject (``unknown_topic(topic)``), one
+    carrying a column ``refused[topic]`` names too (PostgreSQL's table lacks it: not added to silver)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from spark_jobs.silver.cdc_parse import parse_output_schema, parse_tables_batches, wide_output_schema
@@ -239,8 +241,10 @@ def parse_tables_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, S
     specs = {topic: (i, to_arrow_schema(silver), to_arrow_schema(parse_output_schema(silver)), list(keys))
              for i, (topic, silver, keys) in enumerate(tables)}
 
+    refused_names = {topic: sorted(names) for topic, names in (refused or {}).items()}
+
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        return parse_tables_batches(iter(batches), specs, arrow_out, unknown_topic)
+        return parse_tables_batches(iter(batches), specs, arrow_out, unknown_topic, refused_names)
 
     return raw.mapInArrow(parse, out)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import struct
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -26,7 +27,22 @@ class WireMismatch(Exception):
 
 
 class BadWireValue(Exception):
-    """A wire value of the right JSON type that does not convert (``12,50`` for a decimal)."""
+    """A wire value of the right JSON type that does not convert (``12,50`` for a decimal), or a number outside
+    the column type's range; ``args``: (the value's text, why or None)."""
+
+    def __init__(self, text: str, why: str | None = None) -> None:
+        super().__init__(text, why)
+
+
+def json_kind(v: Any) -> str:
+    """The JSON type of a wire value, for reasons ("a JSON string")."""
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+    return "null" if v is None else kinds.get(type(v), type(v).__name__)
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (a forged value can be megabytes; a reason names it, not copies it)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def sql_type_name(dt: pa.DataType) -> str:
@@ -46,6 +62,13 @@ def sql_type_name(dt: pa.DataType) -> str:
 def json_text(v: Any) -> str:
     """Compact JSON text of a wire value (what a string column or ``_extra`` keeps)."""
     return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _number_text(v: int | float) -> str:
+    """A number's text for a reason, without the stdlib's 4,300-digit limit on ``str(int)`` in the way."""
+    if type(v) is int and v.bit_length() > 256:
+        return f"{'-' if v < 0 else ''}an integer of {v.bit_length()} bits"
+    return str(v)
 
 
 def converter(field: pa.Field) -> tuple[Callable[[Any], Any], bool]:
@@ -68,8 +91,12 @@ def converter(field: pa.Field) -> tuple[Callable[[Any], Any], bool]:
         bound = _INT_RANGES[dt]
 
         def integer(v: Any) -> int:
-            if type(v) is not int or not -bound <= v < bound:
+            if type(v) is float:  # orjson reads an integer past 64 bits as a float
+                raise BadWireValue(_number_text(v), f"not an integer in the {sql_type_name(dt)} range")
+            if type(v) is not int:
                 raise WireMismatch
+            if not -bound <= v < bound:
+                raise BadWireValue(_number_text(v), f"outside the {sql_type_name(dt)} range")
             return v
         return integer, False
     if pa.types.is_boolean(dt):
@@ -79,15 +106,25 @@ def converter(field: pa.Field) -> tuple[Callable[[Any], Any], bool]:
             return v
         return boolean, False
     if pa.types.is_floating(dt):
+        single = dt == pa.float32()
+
         def floating(v: Any) -> float:
             if type(v) not in (int, float):
                 raise WireMismatch
-            return float(v)
+            try:
+                value = float(v)
+                if single:
+                    struct.pack("<f", value)  # OverflowError past float's range (Arrow would store inf)
+            except OverflowError as exc:
+                raise BadWireValue(_number_text(v), f"outside the {sql_type_name(dt)} range") from exc
+            return value
         return floating, False
     if pa.types.is_date32(dt):
         def days(v: Any) -> int:
-            if type(v) is not int or not -(2**31) <= v < 2**31:
+            if type(v) is not int:
                 raise WireMismatch
+            if not -(2**31) <= v < 2**31:
+                raise BadWireValue(_number_text(v), "outside the date range")
             return v
         return days, False
     if pa.types.is_decimal(dt):
@@ -109,9 +146,10 @@ def converter(field: pa.Field) -> tuple[Callable[[Any], Any], bool]:
             text = v if isinstance(v, str) else json_text(v)
             try:
                 value = datetime.fromisoformat(text.strip())
-            except ValueError as exc:
+                # An offset can move a time at the ends of datetime's range past them (OverflowError).
+                return epoch_micros(value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC))
+            except (ValueError, OverflowError) as exc:
                 raise BadWireValue(text) from exc
-            return epoch_micros(value if value.tzinfo else value.replace(tzinfo=UTC))
         return timestamp, True
     if pa.types.is_binary(dt) or pa.types.is_large_binary(dt):
         def binary(v: Any) -> bytes:

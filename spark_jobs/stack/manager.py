@@ -6,6 +6,8 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +343,57 @@ def _failure(name: str, prog: dict[str, Any], then: str) -> str:
     return f"{name} is {prog['state']}; see {prog['log']}, then {then}"
 
 
+def recent_restarts(times: Sequence[datetime], now: datetime, window_minutes: int) -> int:
+    """How many of the restart ``times`` fall in the ``window_minutes`` before ``now``."""
+    since = now - timedelta(minutes=window_minutes)
+    return sum(1 for t in times if since <= t <= now)
+
+
+def restart_loop_failure(name: str, prog: dict[str, Any], times: Sequence[datetime], now: datetime,
+                         max_restarts: int, window_minutes: int, last_error: str | None) -> str | None:
+    """Why ``name`` counts as failed although supervisord keeps it RUNNING: more than ``max_restarts`` restarts
+    after unexpected exits within ``window_minutes`` (a crash loop whose every run outlives its start time, which
+    supervisord restarts forever), with the last error; None when it restarted less often."""
+    recent = recent_restarts(times, now, window_minutes)
+    if recent <= max_restarts:
+        return None
+    error = last_error or (f"last exit: {prog['last_exit']}" if prog.get("last_exit") else "no error in its log")
+    return (f"{name} keeps restarting: {recent} restarts after unexpected exits in the last {window_minutes} minutes "
+            f"(more than LAKE_STREAM_MAX_RESTARTS={max_restarts} in LAKE_STREAM_RESTART_WINDOW_MINUTES="
+            f"{window_minutes}); last error: {error}; see {prog['log']}, fix the cause (a poison record: "
+            "quarantine.cdc, README 'CDC path'), then `lake stream stop` and `lake stream start`")
+
+
+#: A Python exception's own line (``OverflowError: int too big to convert``), as a traceback ends.
+_PY_ERROR = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::\s.*)?$")
+#: The streaming app's line when a query stops it (spark_jobs.streaming.app).
+_QUERY_FAILED = re.compile(r"lake stream: query \S+ failed: ")
+
+
+def last_error(log: Path, tail_bytes: int = 512 * 1024, limit: int = 400) -> str | None:
+    """The last error in a program's log (its last ``tail_bytes``): the streaming app's "query ... failed" line
+    with the innermost Python exception line logged after it (a Python worker's traceback, e.g. the parse's),
+    else the last exception line; None if there is none or the log cannot be read."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+
+    def clip(text: str) -> str:
+        text = text.strip()
+        return text if len(text) <= limit else text[:limit] + "..."
+
+    for i in range(len(lines) - 1, -1, -1):
+        if m := _QUERY_FAILED.search(lines[i]):
+            # Python's own exceptions (no dotted module: not a JVM or pyspark wrapper) name the root cause.
+            causes = [ln for ln in lines[i + 1:] if _PY_ERROR.match(ln) and "." not in ln.split(":", 1)[0]]
+            return clip(lines[i][m.start():]) + (f" (cause: {clip(causes[-1])})" if causes else "")
+    errors = [ln for ln in lines if _PY_ERROR.match(ln)]
+    return clip(errors[-1]) if errors else None
+
+
 def _disk(settings: Settings) -> dict[str, Any]:
     """Free space where the state dir lives (Kafka segments, PostgreSQL WAL, MinIO objects, logs)."""
     import shutil
@@ -354,7 +407,8 @@ def _disk(settings: Settings) -> dict[str, Any]:
 
 def status(settings: Settings | None = None) -> dict[str, Any]:
     """Every service (healthy or not, with each program's uptime, restarts and last exit), the streaming app,
-    free disk in the state dir, and ``ok``: False when a service is down or a program FATAL/BACKOFF."""
+    free disk in the state dir, and ``ok``: False when a service is down, a program FATAL/BACKOFF, or the stream
+    restarted more than ``stream_max_restarts`` times in ``stream_restart_window_minutes`` (:func:`restart_loop_failure`)."""
     settings = settings or load_settings()
     daemon = supervisor.daemon_pid(settings) is not None
     history = supervisor.program_history(settings) if daemon else {}
@@ -387,6 +441,15 @@ def status(settings: Settings | None = None) -> dict[str, Any]:
     stream["detail"] = (_failure(stream_name, stream, "`lake stream start`") if not stream["healthy"]
                         else "`lake stream status` shows its lag" if stream["state"] in {"RUNNING", "STARTING"}
                         else "not running (lake stream start)")
+    # supervisord restarts a run that outlived its start time every time: a crash loop it never stops.
+    restart_times = history.get(stream_name, supervisor.ProgramHistory()).restart_times
+    now = datetime.now()  # supervisord logs its local time
+    stream["recent_restarts"] = recent_restarts(restart_times, now, settings.stream_restart_window_minutes)
+    if stream["healthy"] and stream["recent_restarts"] > settings.stream_max_restarts:
+        stream["healthy"] = False
+        stream["detail"] = restart_loop_failure(stream_name, stream, restart_times, now, settings.stream_max_restarts,
+                                                settings.stream_restart_window_minutes,
+                                                last_error(log_path(settings, stream_name)))
     disk = _disk(settings)
     warnings = []
     if not disk["ok"]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import xmlrpc.client
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,8 @@ _LOG_EXITED = re.compile(r" exited: (?P<name>\S+) \((?P<how>.*); (?P<expected>ex
 _LOG_STOPPED = re.compile(r" stopped: (?P<name>\S+) \((?P<how>.*)\)$")
 _LOG_GAVE_UP = re.compile(r" gave up: (?P<name>\S+) entered FATAL state")
 _LOG_DAEMON_START = " supervisord started with pid "
+#: supervisord's log lines start with its local time: ``2024-05-01 10:00:00,123 INFO ...``.
+_LOG_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 
 
 @dataclass
@@ -253,6 +256,8 @@ class ProgramHistory:
     #: not expected", "stopped: terminated by SIGTERM"), or None if it has not ended yet.
     last_exit: str | None = None
     gave_up: bool = False
+    #: When each of ``restarts`` happened (supervisord's local time, naive), oldest first.
+    restart_times: list[datetime] = field(default_factory=list)
     _pending_restart: bool = field(default=False, repr=False)
 
 
@@ -282,6 +287,8 @@ def program_history(settings: Settings) -> dict[str, ProgramHistory]:
             if h._pending_restart:
                 h.restarts += 1
                 h._pending_restart = False
+                if t := _LOG_TIME.match(line):
+                    h.restart_times.append(datetime.strptime(t[1], "%Y-%m-%d %H:%M:%S"))
         elif m := _LOG_EXITED.search(line):
             h = out.setdefault(m["name"], ProgramHistory())
             h.last_exit = f"{m['how']}; {m['expected']}"

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.settings import Settings
-from spark_jobs.silver.cdc import POSITION_COLUMNS, added_columns, quote_ident
+from spark_jobs.silver.cdc import POSITION_COLUMNS, quote_ident
+from spark_jobs.silver.cdc_columns import admit_columns, new_columns
 from spark_jobs.streaming.common import (
     Maintenance,
     OnceAppender,
@@ -92,7 +93,8 @@ def spark_type_for(data_type: str, precision: int | None, scale: int | None) -> 
 
 
 def source_column_types(settings: Settings, schema: str, table: str, names: Sequence[str]) -> dict[str, str]:
-    """Silver types of ``names``, columns of ``schema.table`` in the shop database (STRING if not found).
+    """Silver types of those of ``names`` that are columns of ``schema.table`` in the shop database (a name it lacks
+    is left out: :func:`spark_jobs.silver.cdc_columns.admit_columns` refuses it).
 
     The records carry no schema (``schemas.enable=false``: a Debezium record with its JSON schema was
     ~4 KB, the payload alone a few hundred bytes), so a column added in PostgreSQL is typed from the
@@ -114,7 +116,7 @@ def source_column_types(settings: Settings, schema: str, table: str, names: Sequ
             found = {r[0]: spark_type_for(r[1], r[2], r[3]) for r in cur.fetchall()}
     finally:
         conn.close()
-    return {n: found.get(n, "STRING") for n in names}
+    return {n: found[n] for n in names if n in found}
 
 
 class CdcApp:
@@ -185,23 +187,25 @@ class CdcApp:
         raw = batch.select("key", "value", "topic", "partition", "offset",
                            F.col("timestamp").alias("kafka_timestamp")).persist(StorageLevel.MEMORY_AND_DISK)
         parsed: DataFrame | None = None
+        refused: dict[str, set[str]] = {}  # per topic, payload columns PostgreSQL lacks: their records quarantined
         try:
             while True:
                 t0 = time.monotonic()
                 specs = [(c.topic, self._schema(c), c.keys) for c in self.contracts]
-                parsed = parse_tables_frame(raw, specs, unknown_topic_reason).persist(StorageLevel.MEMORY_AND_DISK)
+                parsed = parse_tables_frame(raw, specs, unknown_topic_reason, refused).persist(
+                    StorageLevel.MEMORY_AND_DISK)
                 summary = self._summary(raw, parsed)
                 self.timings["read_parse"] = time.monotonic() - t0
                 widened = False
                 for contract in self.contracts:
                     extra = summary["tables"].get(contract.topic, {}).get("extra") or []
-                    added = added_columns(self._schema(contract).names, sorted(extra))
+                    added = new_columns(self._schema(contract).names, extra)
                     if added:
-                        self._widen(contract, added)
+                        refused.setdefault(contract.topic, set()).update(self._widen(contract, added))
                         widened = True
                 if not widened:
                     break
-                parsed.unpersist()  # parsed again with the wider schema: nothing is lost meanwhile
+                parsed.unpersist()  # parsed again with the wider schema (or refusals): nothing is lost meanwhile
             ingest_time = datetime.now(UTC)
             per_partition = summary["partitions"]
             topics = summary["tables"]
@@ -314,14 +318,21 @@ class CdcApp:
         self._append(rows, QUARANTINE, app_id, batch_id, jobs)
         self.timings["quarantine"] = time.monotonic() - t
 
-    def _widen(self, contract: CdcTable, added: list[str]) -> None:
-        """``ALTER TABLE silver.<t> ADD COLUMNS``, each new column typed from the PostgreSQL catalog."""
-        types = source_column_types(self.settings, "public", contract.table, added)
-        # A PostgreSQL quoted identifier may hold a backtick: Spark SQL escapes it by doubling.
-        cols = ", ".join(f"{quote_ident(name)} {sql_type}" for name, sql_type in types.items())
-        log.info("lake stream: %s gains column(s) %s from PostgreSQL", contract.silver, cols)
-        self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
-        self._schemas.pop(contract.silver, None)
+    def _widen(self, contract: CdcTable, added: list[str]) -> list[str]:
+        """``ALTER TABLE silver.<t> ADD COLUMNS`` for the ``added`` names PostgreSQL's table has, each typed from its
+        catalog; returns the names it lacks (refused: :mod:`spark_jobs.silver.cdc_columns`)."""
+        accepted, refused = admit_columns(self._schema(contract).names, added,
+                                          source_column_types(self.settings, "public", contract.table, added))
+        if refused:
+            log.warning("lake stream: %s: payload column(s) %s are not in PostgreSQL's public.%s; their records go "
+                        "to %s", contract.silver, refused[:20], contract.table, QUARANTINE)
+        if accepted:
+            # A PostgreSQL quoted identifier may hold a backtick: Spark SQL escapes it by doubling.
+            cols = ", ".join(f"{quote_ident(name)} {sql_type}" for name, sql_type in accepted.items())
+            log.info("lake stream: %s gains column(s) %s from PostgreSQL", contract.silver, cols)
+            self.spark.sql(f"ALTER TABLE {contract.silver} ADD COLUMNS ({cols})")
+            self._schemas.pop(contract.silver, None)
+        return refused
 
     def _record_progress(self, per_partition: list[dict[str, Any]], batch_id: int, started: float) -> None:
         offsets = {f"{r['topic']}:{r['partition']}": int(r["offset_max"]) for r in per_partition}

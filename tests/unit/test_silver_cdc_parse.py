@@ -157,8 +157,8 @@ def test_rejects_carry_raw_record_coordinates_and_reason() -> None:
         "column 'amount': cannot convert '12,50' to decimal(10,2)",
         f"column 'amount': cannot convert '{UNAVAILABLE_VALUE}' to decimal(10,2); "
         "column 'placed_at': cannot convert 'yesterday' to timestamp",
-        "row image does not match the table schema (id int, status string, amount decimal(10,2), "
-        "placed_at timestamp, notes string, attrs string)",
+        "column 'id': a JSON string does not fit int; the row image does not match the table schema (id int, "
+        "status string, amount decimal(10,2), placed_at timestamp, notes string, attrs string)",
         "source has neither 'sequence' nor 'lsn': the change cannot be ordered",
         not_json,
         not_json,
