@@ -192,11 +192,17 @@ def query_id(spark: SparkSession, name: str) -> str:
 
 def last_trigger_ms(spark: SparkSession, name: str) -> dict[str, int] | None:
     """Spark's own timing of query ``name``'s previous trigger (``durationMs``: latestOffset, queryPlanning,
-    addBatch, walCommit, commitOffsets, triggerExecution), for the status files and the benches: the part of a
-    batch outside ``foreachBatch`` (offset and commit logs, planning) is visible only here."""
+    addBatch, walCommit, commitOffsets, triggerExecution) and its state store's (``state.allUpdatesTimeMs``: the
+    de-duplication lookups, ``state.allRemovalsTimeMs``: dropping ids past the watermark, ``state.commitTimeMs``),
+    for the status files and the benches: what a batch spends outside ``foreachBatch`` or in the state store is
+    visible only here."""
     for query in spark.streams.active:
         if query.name == name and query.lastProgress:
-            return {str(k): int(v) for k, v in (query.lastProgress.get("durationMs") or {}).items()}
+            out = {str(k): int(v) for k, v in (query.lastProgress.get("durationMs") or {}).items()}
+            for op in query.lastProgress.get("stateOperators") or []:  # the de-duplication state's own timing
+                for key in ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs"):
+                    out[f"state.{key}"] = out.get(f"state.{key}", 0) + int(op.get(key) or 0)
+            return out
     return None
 
 
