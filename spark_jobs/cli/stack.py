@@ -81,8 +81,9 @@ def clean(yes: bool) -> int:
 @group.command("status")
 @json_option()
 def status(as_json: bool) -> int:
-    """Health of each service; exit 1 when a service is down, a program is FATAL/BACKOFF, or the stream keeps
-    restarting (more than LAKE_STREAM_MAX_RESTARTS in LAKE_STREAM_RESTART_WINDOW_MINUTES)."""
+    """Health of each service; exit 1 when a service is down, a program is FATAL/BACKOFF, the stream keeps
+    restarting (more than LAKE_STREAM_MAX_RESTARTS in LAKE_STREAM_RESTART_WINDOW_MINUTES), or a record it has not
+    archived is past LAKE_RETENTION_FAIL_FRACTION of its Kafka topic's retention (past the WARN fraction: a warning)."""
     from spark_jobs.stack import manager
 
     report = manager.status()

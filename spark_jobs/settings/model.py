@@ -116,6 +116,12 @@ class Settings(BaseSettings):
         "`lake connectors status` warns when the replication slot can keep less WAL than this before it is lost"))
     stack_min_free_disk_mb: int = Field(5120, description=(
         "`lake stack status` warns when the state dir's disk has less free space than this"))
+    retention_warn_fraction: float = Field(0.5, gt=0, description=(
+        "`lake stack status` warns when a record the streaming app has not processed yet has used this fraction of "
+        "its topic's retention (its age against retention.ms, the bytes after it in its partition against "
+        "retention.bytes): past retention Kafka deletes it before bronze archived it (README, Retention)"))
+    retention_fail_fraction: float = Field(0.8, gt=0, description=(
+        "... and fails (exit 1) past this fraction"))
 
     # Object store
     minio_port: int = 19000
@@ -128,6 +134,9 @@ class Settings(BaseSettings):
     s3_bucket: str = "lake"
     s3_access_key_secret: SecretStr = _secret("LAKE_S3_ACCESS_KEY")
     s3_secret_key_secret: SecretStr = _secret("LAKE_S3_SECRET_KEY")
+    s3_noncurrent_days: int = Field(7, ge=1, description=(
+        "The bucket is versioned: an overwritten or deleted object stays restorable (`lake restore-path`) for this "
+        "many days, then MinIO expires the old version (set by `lake stack up`; README, Versioning and restore)"))
 
     # Spark and the shared catalog
     spark_master: str = Field("local[2]", description="local[N], spark://host:7077, k8s://https://... or yarn")

@@ -75,6 +75,9 @@ def check(s: Settings) -> None:
     _check_quality(s)
     _check_kafka(s)
     _check_cluster(s)
+    if s.retention_warn_fraction > s.retention_fail_fraction:
+        raise SettingsError(f"LAKE_RETENTION_WARN_FRACTION={s.retention_warn_fraction} is above "
+                            f"LAKE_RETENTION_FAIL_FRACTION={s.retention_fail_fraction}; warn at or before failing")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")
 
