@@ -121,7 +121,7 @@ def _print_welcome(settings: object) -> None:
                f"  Kafka          {settings.kafka_bootstrap}  (SASL/SCRAM: LAKE_KAFKA_*_PASSWORD; README, Kafka security)\n"
                f"  Connect REST   {settings.connect_url}  ({kafka_auth.connect_curl(settings)})\n"
                f"  MinIO (S3)     {settings.s3_endpoint}  console http://{settings.host}:{settings.minio_console_port}\n"
-               f"  Metastore      {settings.metastore_uri}\n"
+               f"  Catalog        {settings.metastore_uri or 'PostgreSQL ' + settings.metastore_db + ' database (no service)'}\n"
                f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user {THRIFT_USER}, password "
                f"LAKE_THRIFT_PASSWORD; beeline -w {thrift_password_path(settings)})\n"
                f"  Data Docs      http://{settings.host}:{settings.dq_docs_port}/  (user {settings.dq_docs_user}, "
