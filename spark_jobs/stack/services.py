@@ -178,6 +178,9 @@ def analyst_guard_conf(settings: Settings) -> dict[str, str]:
         "spark.hadoop.fs.file.impl": "LakeLocalFileSystem",
         "spark.hadoop.lake.guard.fs.allowedRoots": tmp,
         "spark.hadoop.lake.guard.fs.deniedRoots": ",".join(str(p) for p in denied),
+        # The jars are on the driver's and executors' class paths (spark-defaults.conf); spark.jars would have
+        # spark-submit read them through the guarded local file system, which refuses the cache.
+        "spark.jars": "",
     }
 
 
