@@ -30,7 +30,7 @@ def watermark_task(day: str | None, start: datetime | str | None, end: datetime 
     interval = resolve_interval(start, end, day)
     settings = load_settings()
     spark = connect_session(settings)
-    for line in ensure_serving(spark, settings):
+    for line in ensure_serving(spark, settings, replace=False):
         log.info(line)
     built = set(interval.days)  # this run's gold tasks all succeeded: its days passed their gates
 

@@ -130,9 +130,11 @@ def create_views(spark: SparkSession, views: tuple[ServingView, ...] = VIEWS, na
                   f" AS {view.serving_sql(name)}")
 
 
-def ensure_serving(spark: SparkSession, settings: Settings) -> list[str]:
+def ensure_serving(spark: SparkSession, settings: Settings, replace: bool = True) -> list[str]:
     """Create the ``serving`` database, the watermark table and every view whose sources exist; lines to report.
 
+    ``replace`` re-creates views that exist (``lake stack up``: a changed definition applies); without it only
+    missing views are created (the gold DAG's watermark task: no catalog writes on every run).
     A view whose gold or silver tables do not exist yet (a fresh lake: the streaming app creates silver, the
     gold DAG's first run creates gold) is reported and left for later: the gold DAG's watermark task and every
     ``lake stack up`` call this again.
@@ -142,16 +144,18 @@ def ensure_serving(spark: SparkSession, settings: Settings) -> list[str]:
 
     ensure_database(spark, settings, SERVING_DB)
     ensure_watermark_table(spark, settings)
-    ready, lines = [], []
+    todo, lines = [], []
     for view in VIEWS:
+        if not replace and all(spark.catalog.tableExists(v) for v in (view.speed_view, view.name)):
+            continue
         missing = [t for t in view.sources if not spark.catalog.tableExists(t)]
         if missing:
             lines.append(f"{view.name}: waits for {', '.join(missing)} (created by the streaming app and the gold "
                          "DAG; the view follows at the next watermark move or `lake stack up`)")
         else:
-            ready.append(view)
+            todo.append(view)
             lines.append(f"{view.name}: ready ({view.gold} up to the watermark, {view.speed_view} after)")
-    create_views(spark, tuple(ready))
+    create_views(spark, tuple(todo))
     return lines
 
 

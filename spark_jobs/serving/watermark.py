@@ -4,10 +4,10 @@ The table is a log, one row per move (``seq`` 1, 2, ...): the current watermark 
 ``seq``, earlier rows (and Delta's history) say who moved it when and why. Only the gold DAG moves it, in a
 task after its day's gold tasks (their data-quality gates included) succeeded, through :func:`move`:
 
-* forwards, to the last day of the unbroken run of days after the current watermark whose gold tables
-  (:data:`spark_jobs.serving.views.GOLD_TABLES`) passed their ``block`` rules in their latest validation
-  (``ops.dq_results``): a day that was never built or failed its gate stops it, so no day is ever served from
-  gold before its gold exists;
+* forwards, to the last day whose gold tables (:data:`spark_jobs.serving.views.GOLD_TABLES`) passed their
+  ``block`` rules in their latest validation (``ops.dq_results``), but not past a day that has data in silver
+  and no such gold (never built, catchup off, its gate blocked, or its run still going): no day with data is
+  served from gold before its gold exists, and a day without data (gold and speed both empty) does not stop it;
 * never backwards, except when the run says so (``backfill``: the watermark is set to the run's day, earlier
   or later, and the row records ``backfill = true``).
 
@@ -75,11 +75,14 @@ class Move:
         return f"{WATERMARK_TABLE}: {before} -> {after}{' (backfill)' if self.backfill else ''}: {self.reason}"
 
 
-def decide(current: date | None, day: date, passed: Iterable[date], backfill: bool = False) -> Move:
-    """Where the watermark goes after the gold run of ``day``; ``passed`` are the days whose gold passed.
+def decide(current: date | None, day: date, passed: Iterable[date], backfill: bool = False,
+           needed: Iterable[date] = ()) -> Move:
+    """Where the watermark goes after the gold run of ``day``.
 
-    Forwards only, to the last day of the unbroken run of passed days after ``current`` (from the earliest
-    passed day when there is no watermark yet); ``backfill`` sets it to ``day`` whatever the direction.
+    ``passed``: days whose gold passed its block rules; ``needed``: days after the watermark that have data in
+    silver (their gold must have passed before the watermark may cover them). Forwards only, to the last passed
+    day before the first needed day that has not passed (from the earliest passed day when there is no
+    watermark yet); ``backfill`` sets it to ``day`` whatever the direction.
     """
     ok = set(passed)
     if backfill:
@@ -90,15 +93,23 @@ def decide(current: date | None, day: date, passed: Iterable[date], backfill: bo
     if current is not None and day <= current:
         return Move(current, current, False, f"{day} is not after the watermark: it is served from gold already "
                                              "(moving the watermark back needs the run's backfill flag)")
-    first = current + timedelta(days=1) if current is not None else min(ok, default=None)
-    last = None
-    d = first
-    while d is not None and d in ok:
-        last, d = d, d + timedelta(days=1)
-    if last is None:
-        return Move(current, current, False, f"{first} has no gold that passed its block rules yet (build it: "
-                                             f"lake gold backfill --start {first} --end {first})")
-    return Move(current, last, False, f"gold passed its block rules for every day {first} .. {last}")
+    need = set(needed)
+    if current is None and not ok | need:
+        return Move(None, None, False, "no day has gold that passed its block rules yet")
+    low = current if current is not None else min(ok | need) - timedelta(days=1)
+    missing = sorted(d for d in need if d > low and d not in ok)
+    reachable = [d for d in ok if d > low and (not missing or d < missing[0])]
+    if not reachable and not missing:
+        return Move(current, current, False, f"no day after {low} has gold that passed its block rules yet")
+    if not reachable:
+        first = missing[0]
+        return Move(current, current, False, f"{first} has data in silver but no gold that passed its block rules "
+                                             f"(build it: lake gold backfill --start {first} --end {first})")
+    last = max(reachable)
+    why = f"every day after {low} up to {last} with data in silver has gold that passed its block rules"
+    if missing:
+        why += f"; {missing[0]} has not (build it: lake gold backfill --start {missing[0]} --end {missing[0]})"
+    return Move(current, last, False, why)
 
 
 def ensure_watermark_table(spark: SparkSession, settings: Settings) -> None:
@@ -106,7 +117,8 @@ def ensure_watermark_table(spark: SparkSession, settings: Settings) -> None:
     from spark_jobs.table_io import ensure_database
 
     ensure_database(spark, settings, WATERMARK_TABLE.partition(".")[0])
-    create_table(spark, settings, WATERMARK_TABLE, watermark_schema())
+    exists = spark.catalog.tableExists(WATERMARK_TABLE)
+    create_table(spark, settings, WATERMARK_TABLE, watermark_schema(), exists=exists)
 
 
 def read_current(spark: SparkSession, table: str = WATERMARK_TABLE) -> tuple[int, date | None]:
@@ -146,6 +158,41 @@ def passed_days(spark: SparkSession, tables: Iterable[str], after: date | None,
     return {day for day, good in ok.items() if good >= set(names)}
 
 
+def _days(spark: SparkSession, query: str) -> set[date]:
+    return {r[0] for r in spark.sql(query).collect()}
+
+
+def unserved_days(spark: SparkSession, after: date, until: date,
+                  name: Callable[[str], str] = str) -> tuple[set[date], set[date]]:
+    """Days in (``after``, ``until``]: (those with data in silver, those of them gold has no rows for yet).
+
+    An order day needs rows in ``gold.fct_daily_sales``, an event day in ``gold.fct_daily_funnel``: a day whose
+    gate passed in a run still writing is not covered before its rows are committed. A few rows to the driver.
+    ``name`` maps a lake table name to the one to read (tests).
+    """
+    lo, hi = after + timedelta(days=1), until + timedelta(days=1)
+    dates = f">= DATE'{lo.isoformat()}' AND {{c}} < DATE'{hi.isoformat()}'"
+    sources = {  # silver day query, gold table, gold day column
+        "silver.orders": (f"SELECT DISTINCT {utc_date_sql('placed_at')} FROM {name('silver.orders')} "
+                   f"WHERE placed_at >= {_ts(lo)} AND placed_at < {_ts(hi)}", "gold.fct_daily_sales", "order_date"),
+        # event_date is the UTC date of event_time (and the partition column)
+        "silver.events": (f"SELECT DISTINCT event_date FROM {name('silver.events')} "
+                          f"WHERE event_date {dates.format(c='event_date')}",
+                   "gold.fct_daily_funnel", "event_date"),
+    }
+    with_data: set[date] = set()
+    unbuilt: set[date] = set()
+    for source, (silver, gold, column) in sources.items():
+        if not spark.catalog.tableExists(name(source)):
+            continue
+        days = _days(spark, silver)
+        built = (_days(spark, f"SELECT DISTINCT {column} FROM {name(gold)} WHERE {column} {dates.format(c=column)}")
+                 if spark.catalog.tableExists(name(gold)) else set())
+        with_data |= days
+        unbuilt |= days - built
+    return with_data, unbuilt
+
+
 def _lit(value: object) -> str:
     if value is None:
         return "NULL"
@@ -169,12 +216,19 @@ def record(spark: SparkSession, seq: int, move: Move, *, run_id: str, dag_id: st
 
 def move(spark: SparkSession, day: date, *, backfill: bool, run_id: str, dag_id: str, task_id: str,
          tables: Iterable[str], table: str = WATERMARK_TABLE,
-         passed: Callable[[date | None], set[date]] | None = None) -> Move:
+         passed: Callable[[date | None], set[date]] | None = None,
+         unserved: Callable[[date, date], tuple[set[date], set[date]]] | None = None) -> Move:
     """Read the watermark, :func:`decide` for the run of ``day`` (whose own gold passed: its tasks succeeded),
-    and record the move if there is one. ``passed`` overrides the read of ``ops.dq_results`` (tests)."""
+    and record the move if there is one. ``passed`` and ``unserved`` override the reads of ``ops.dq_results``
+    (:func:`passed_days`) and of silver and gold (:func:`unserved_days`), for tests."""
     seq, current = read_current(spark, table)
-    lookup = passed or (lambda after: passed_days(spark, tables, after))
-    chosen = decide(current, day, lookup(current) | {day}, backfill)
+    ok = (passed or (lambda after: passed_days(spark, tables, after)))(current) | {day}
+    needed: set[date] = set()
+    if not backfill and (current is None or day > current):
+        low = current if current is not None else min(ok) - timedelta(days=1)
+        needed, unbuilt = (unserved or (lambda a, b: unserved_days(spark, a, b)))(low, max(ok))
+        ok -= unbuilt
+    chosen = decide(current, day, ok, backfill, needed)
     if chosen.moved:
         record(spark, seq + 1, chosen, run_id=run_id, dag_id=dag_id, task_id=task_id, table=table)
     return chosen

@@ -9,25 +9,40 @@ from typing import Any
 import pytest
 
 from spark_jobs.quality.store import results_schema
-from spark_jobs.serving.watermark import NO_WATERMARK, current_watermark_sql, decide, move, passed_days, read_current
+from spark_jobs.serving.watermark import (
+    NO_WATERMARK,
+    current_watermark_sql,
+    decide,
+    move,
+    passed_days,
+    read_current,
+    unserved_days,
+)
 
 D1, D2, D3, D4, D5 = (date(2026, 3, d) for d in range(1, 6))
 
 
-def test_first_move_starts_at_the_earliest_passed_day_and_runs_to_the_last_unbroken_one() -> None:
-    m = decide(None, D3, {D2, D3, D5})
+def test_first_move_starts_at_the_earliest_passed_day() -> None:
+    m = decide(None, D3, {D2, D3, D5}, needed={D2, D3, D4, D5})
     assert (m.previous, m.watermark, m.moved, m.backfill) == (None, D3, True, False)
+    assert decide(None, D3, set()).moved is False
 
 
-def test_moves_forward_over_every_unbroken_passed_day_even_past_the_runs_day() -> None:
+def test_moves_forward_over_every_passed_day_even_past_the_runs_day() -> None:
     # A backfill of D2 after D3 and D4 were built: the watermark covers all three.
-    assert decide(D1, D2, {D2, D3, D4}).watermark == D4
+    assert decide(D1, D2, {D2, D3, D4}, needed={D2, D3, D4}).watermark == D4
 
 
-def test_a_day_without_passing_gold_stops_the_watermark() -> None:
-    m = decide(D1, D3, {D3, D4})  # D2 never built (catchup off) or its gate blocked
+def test_a_day_with_data_but_without_passing_gold_stops_the_watermark() -> None:
+    m = decide(D1, D3, {D3, D4}, needed={D2, D3, D4})  # D2: never built (catchup off), blocked, or still running
     assert (m.watermark, m.moved) == (D1, False)
-    assert "2026-03-02" in m.reason and "lake gold backfill" in m.reason
+    assert "2026-03-02 has data in silver" in m.reason and "lake gold backfill --start 2026-03-02" in m.reason
+    assert decide(D1, D4, {D2, D4, D5}, needed={D2, D3, D4, D5}).watermark == D2
+
+
+def test_a_day_without_data_does_not_stop_the_watermark() -> None:
+    # D2 has no order and no event: gold and speed are both empty for it, so gold may serve it.
+    assert decide(D1, D3, {D3}, needed={D3}).watermark == D3
 
 
 def test_never_moves_backwards_without_the_backfill_flag() -> None:
@@ -61,7 +76,8 @@ def _history(spark: Any, table: str) -> list[tuple[Any, ...]]:
 def test_move_records_one_row_per_move_and_a_retry_writes_nothing(spark: Any, ops: str) -> None:
     def run(day: date, passed: set[date], backfill: bool = False, run_id: str = "r") -> Any:
         return move(spark, day, backfill=backfill, run_id=run_id, dag_id="lake_gold_daily",
-                    task_id="serving_watermark", tables=(), table=ops, passed=lambda after: passed)
+                    task_id="serving_watermark", tables=(), table=ops, passed=lambda after: passed,
+                    unserved=lambda after, until: (passed, set()))
 
     assert spark.sql(current_watermark_sql(ops)).first()[0] == NO_WATERMARK
     assert run(D2, {D1, D2}, run_id="a").watermark == D2
@@ -97,3 +113,27 @@ def test_passed_days_take_each_tables_latest_validation_and_only_block_failures_
     assert passed_days(spark, (sales, funnel), D1, results="ut_wm_ops.dq_results") == {D2}
     assert passed_days(spark, (sales,), D2, results="ut_wm_ops.dq_results") == {D4}
     assert passed_days(spark, (sales,), None, results="ut_wm_ops.no_such_table") == set()
+
+
+def test_unserved_days_are_days_with_silver_data_and_which_of_them_gold_lacks(spark: Any, ops: str) -> None:
+    from spark_jobs.contracts.shop import ORDERS
+    from tests.unit.test_gold_facts import EVENTS
+
+    root = Path(spark.sql("DESCRIBE DATABASE ut_wm_ops").where("info_name = 'Location'").first()[1]).parent
+
+    def name(table: str) -> str:
+        return f"ut_us_{table}"
+
+    for db in ("silver", "gold"):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS ut_us_{db} LOCATION '{root}/ut_us_{db}'")
+    noon = [datetime(d.year, d.month, d.day, 12, tzinfo=UTC) for d in (D1, D2, D3, D4, D5)]
+    orders = [(i, 1, "paid", "EUR", None, None, None, noon[i], noon[i]) for i in (0, 1, 4)]     # D1, D2, D5
+    spark.createDataFrame(orders, ORDERS.schema).write.format("delta").saveAsTable(name("silver.orders"))
+    events = [(f"e{i}", "page_view", 1, "s", noon[i], noon[i].date(), None) for i in (1, 2)]  # D2, D3
+    spark.createDataFrame(events, EVENTS).write.format("delta").saveAsTable(name("silver.events"))
+    spark.sql(f"CREATE TABLE {name('gold.fct_daily_sales')} (order_date DATE) USING delta")
+    spark.sql(f"INSERT INTO {name('gold.fct_daily_sales')} VALUES (DATE'2026-03-01'), (DATE'2026-03-05')")
+    # no gold.fct_daily_funnel yet: every event day is unbuilt
+    assert unserved_days(spark, D1, D5, name) == ({D2, D3, D5}, {D2, D3})
+    assert unserved_days(spark, NO_WATERMARK, D2, name) == ({D1, D2}, {D2})
+    assert unserved_days(spark, D5, D5 + timedelta(days=3), name) == (set(), set())
