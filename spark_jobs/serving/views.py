@@ -160,8 +160,20 @@ def ensure_serving(spark: SparkSession, settings: Settings, replace: bool = True
 
 
 def bootstrap(settings: Settings) -> None:
-    """``lake stack up`` (once Spark Connect is healthy): the serving database, watermark table and views."""
+    """``lake stack up`` (once Spark Connect is healthy): the serving database, watermark table and views.
+
+    The Connect session is stopped and pyspark's process-wide Connect mark cleared afterwards: ``lake stack up``
+    goes on to start other programs, which must not inherit ``SPARK_CONNECT_MODE_ENABLED``.
+    """
+    import os
+
     from spark_jobs.session import connect_session
 
-    for line in ensure_serving(connect_session(settings), settings):
-        log.info(f"  {line}")
+    spark = connect_session(settings)
+    try:
+        for line in ensure_serving(spark, settings):
+            log.info(f"  {line}")
+    finally:
+        spark.stop()
+        for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+            os.environ.pop(name, None)

@@ -113,12 +113,18 @@ def decide(current: date | None, day: date, passed: Iterable[date], backfill: bo
 
 
 def ensure_watermark_table(spark: SparkSession, settings: Settings) -> None:
-    from spark_jobs.streaming.common import create_table
-    from spark_jobs.table_io import ensure_database
+    """``CREATE TABLE IF NOT EXISTS`` the watermark table at its warehouse location (plain SQL: this runs on Spark
+    Connect, where the streaming app's ``DeltaTable`` builder is not available)."""
+    from spark_jobs.table_io import ensure_database, table_location
 
     ensure_database(spark, settings, WATERMARK_TABLE.partition(".")[0])
-    exists = spark.catalog.tableExists(WATERMARK_TABLE)
-    create_table(spark, settings, WATERMARK_TABLE, watermark_schema(), exists=exists)
+    if spark.catalog.tableExists(WATERMARK_TABLE):
+        return
+    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+                        for f in watermark_schema().fields)
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {WATERMARK_TABLE} ({columns}) USING delta "
+              f"LOCATION '{table_location(settings, WATERMARK_TABLE)}' "
+              "COMMENT 'serving layer batch watermark: one row per move, the current one has the highest seq'")
 
 
 def read_current(spark: SparkSession, table: str = WATERMARK_TABLE) -> tuple[int, date | None]:
