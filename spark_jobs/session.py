@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 
 #: Spark properties whose values are secrets: only in the 0600 ``spark-defaults.conf``, never on a command line.
-SECRET_SPARK_KEYS = frozenset({"spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key"})
+SECRET_SPARK_KEYS = frozenset({"spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key",
+                               "spark.authenticate.secret", "spark.hadoop.javax.jdo.option.ConnectionPassword"})
 
 
 #: Delta Lake's extension and catalog, and how its snapshots are read (every Spark process, the unit tests' too).
@@ -75,10 +76,16 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         "spark.sql.redaction.options.regex": "(?i)url|jaas|password",
         **DELTA_CONF,
         **CODEGEN_CONF,
-        # Shared catalog: the Hive metastore service of the stack (or a cluster's).
         "spark.sql.catalogImplementation": "hive",
-        "spark.hadoop.hive.metastore.uris": settings.metastore_uri,
+        **catalog_conf(settings),
         "spark.sql.warehouse.dir": settings.warehouse_uri,
+        # Spark's RPC (drivers, executors, a standalone master and workers) and block transfers need the
+        # installation's shared secret; without it a local user could fetch blocks (the broadcast Hadoop conf holds
+        # the S3 keys) or register an application with the cluster. A standalone worker hands the secret to its
+        # executors in their environment (Spark's own _SPARK_AUTH_SECRET), never on a command line.
+        "spark.authenticate": "true",
+        "spark.authenticate.secret": settings.spark_auth_secret,
+        "spark.network.crypto.enabled": str(settings.spark_network_crypto).lower(),
         # S3A against MinIO or S3 with the lake's scoped (non-root) keys.
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.hadoop.fs.s3a.endpoint": settings.s3_endpoint,
@@ -109,6 +116,44 @@ def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
         conf["spark.driver.extraClassPath"] = ":".join(jars)
         conf["spark.executor.extraClassPath"] = ":".join(jars)
     return conf
+
+
+def catalog_conf(settings: Settings) -> dict[str, str]:
+    """How a Spark process reaches the shared catalog.
+
+    By default no metastore service: each process runs Hive's metastore code (ObjectStore) in its own JVM against
+    PostgreSQL's metastore database, with that database's password from the 0600 spark-defaults.conf. Hive 2.3's
+    Thrift service cannot authenticate its clients without Kerberos, and anyone reaching its port could drop a
+    database with the lake's S3 keys; a database login is a check PostgreSQL already makes. Several JVMs on one
+    metastore database is Hive's "local metastore" setup (each HiveServer2 of a farm has its own ObjectStore);
+    DataNucleus' level-2 cache stays off (Hive's default), so none serves another's stale objects. The schema is
+    created once by ``lake stack up`` (infra/metastore/LakeMetastoreInit.java) before any Spark process starts.
+    ``LAKE_METASTORE_URI`` names an external (authenticated) metastore service instead.
+    """
+    if settings.metastore_uri:
+        return {"spark.hadoop.hive.metastore.uris": settings.metastore_uri}
+    return {f"spark.hadoop.{k}": v for k, v in metastore_db_conf(settings).items()}
+
+
+def metastore_db_conf(settings: Settings) -> dict[str, str]:
+    """Hive's JDO/DataNucleus properties for the metastore database (the password included: keep private)."""
+    return {
+        "javax.jdo.option.ConnectionURL":
+            f"jdbc:postgresql://{settings.pg_host}:{settings.pg_port}/{settings.metastore_db}",
+        "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "javax.jdo.option.ConnectionUserName": settings.pg_metastore_user,
+        "javax.jdo.option.ConnectionPassword": settings.pg_metastore_password,
+        "hive.metastore.uris": "",
+        # Tables the init missed (a newer Hive) are still created on first use; constraints never (they
+        # deadlocked the first CREATE TABLE in earlier trials: shared/VERSIONS.md, pitfall 1).
+        "datanucleus.schema.autoCreateTables": "true",
+        "datanucleus.schema.autoCreateColumns": "true",
+        "datanucleus.schema.autoCreateConstraints": "false",
+        "datanucleus.fixedDatastore": "false",
+        "hive.metastore.schema.verification": "false",
+        "hive.metastore.try.direct.sql": "true",
+        "hive.metastore.event.db.notification.api.auth": "false",
+    }
 
 
 def on_this_machine(settings: Settings) -> bool:

@@ -123,11 +123,21 @@ def _session(local: bool) -> Any:
 def run(statements: str | None, fmt: str, local: bool = False) -> int:
     from pyspark.errors import PySparkException
 
+    from spark_jobs.sql_guard import stream_owned_write, used_database
+
     spark = _session(local)
+    current_db = "default"
 
     def execute(text: str) -> bool:
+        nonlocal current_db
         result = None
         for stmt in split_statements(text):
+            refused = stream_owned_write(stmt, current_db)
+            if refused:
+                click.echo(f"lake sql: refusing {stmt[:200]!r}: {refused}. A second driver writing it races the "
+                           "stream's commits and leaves silver unequal to its source (README, Second "
+                           "writers; to undo a bad write, `lake restore-path`).", err=True)
+                return False
             try:
                 result = spark.sql(stmt)
                 rows = result.collect()
@@ -135,6 +145,7 @@ def run(statements: str | None, fmt: str, local: bool = False) -> int:
                 message = str(exc).split("\n\nJVM stacktrace:")[0]  # the server's Java frames help no user
                 click.echo(f"error in statement: {stmt[:200]}\n{message}", err=True)
                 return False
+            current_db = used_database(stmt) or current_db
         if result is not None:
             sys.stdout.write(format_rows(result.columns, [tuple(r) for r in rows], fmt))
         return True

@@ -46,3 +46,19 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def keep_umask_and_logging() -> Iterator[None]:
+    """Restore the process umask and the root logger's handlers and level after a test that runs ``lake``
+    in-process (``cli.main`` sets umask 077 and lake's console logging for the process)."""
+    import logging
+    import os
+
+    old = os.umask(0o077)
+    os.umask(old)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    os.umask(old)
+    root.handlers[:], root.level = handlers, level

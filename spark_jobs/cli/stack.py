@@ -81,8 +81,9 @@ def clean(yes: bool) -> int:
 @group.command("status")
 @json_option()
 def status(as_json: bool) -> int:
-    """Health of each service; exit 1 when a service is down, a program is FATAL/BACKOFF, or the stream keeps
-    restarting (more than LAKE_STREAM_MAX_RESTARTS in LAKE_STREAM_RESTART_WINDOW_MINUTES)."""
+    """Health of each service; exit 1 when a service is down, a program is FATAL/BACKOFF, the stream keeps
+    restarting (more than LAKE_STREAM_MAX_RESTARTS in LAKE_STREAM_RESTART_WINDOW_MINUTES), or a record it has not
+    archived is past LAKE_RETENTION_FAIL_FRACTION of its Kafka topic's retention (past the WARN fraction: a warning)."""
     from spark_jobs.stack import manager
 
     report = manager.status()
@@ -120,7 +121,7 @@ def _print_welcome(settings: object) -> None:
                f"  Kafka          {settings.kafka_bootstrap}  (SASL/SCRAM: LAKE_KAFKA_*_PASSWORD; README, Kafka security)\n"
                f"  Connect REST   {settings.connect_url}  ({kafka_auth.connect_curl(settings)})\n"
                f"  MinIO (S3)     {settings.s3_endpoint}  console http://{settings.host}:{settings.minio_console_port}\n"
-               f"  Metastore      {settings.metastore_uri}\n"
+               f"  Catalog        {settings.metastore_uri or 'PostgreSQL ' + settings.metastore_db + ' database (no service)'}\n"
                f"  Spark JDBC     jdbc:hive2://{settings.host}:{settings.thrift_port}/default  (user {THRIFT_USER}, password "
                f"LAKE_THRIFT_PASSWORD; beeline -w {thrift_password_path(settings)})\n"
                f"  Data Docs      http://{settings.host}:{settings.dq_docs_port}/  (user {settings.dq_docs_user}, "

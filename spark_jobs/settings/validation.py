@@ -30,7 +30,7 @@ STREAM_QUERIES = ("cdc", "events")
 
 #: Every TCP port the stack listens on, by setting name: each listener binds ``host`` on one of these.
 PORT_NAMES = ("pg_port", "kafka_port", "kafka_controller_port", "connect_port", "minio_port", "minio_console_port",
-              "metastore_port", "thrift_port", "thrift_driver_port", "thrift_block_manager_port",
+              "thrift_port", "thrift_driver_port", "thrift_block_manager_port",
               "spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port",
               "stream_driver_port", "stream_block_manager_port", "dq_docs_port", "airflow_port",
               "airflow_scheduler_health_port", "spark_cluster_master_port", "spark_cluster_webui_port",
@@ -75,6 +75,9 @@ def check(s: Settings) -> None:
     _check_quality(s)
     _check_kafka(s)
     _check_cluster(s)
+    if s.retention_warn_fraction > s.retention_fail_fraction:
+        raise SettingsError(f"LAKE_RETENTION_WARN_FRACTION={s.retention_warn_fraction} is above "
+                            f"LAKE_RETENTION_FAIL_FRACTION={s.retention_fail_fraction}; warn at or before failing")
     if s.spark_shuffle_partitions < 1:
         raise SettingsError("LAKE_SPARK_SHUFFLE_PARTITIONS must be >= 1")
 

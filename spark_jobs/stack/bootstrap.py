@@ -9,6 +9,7 @@ import os
 import pwd
 import stat
 from pathlib import Path
+from typing import Any
 
 from spark_jobs.quality import docs_assets
 from spark_jobs.quality.docs import data_docs_dir
@@ -74,12 +75,17 @@ def bucket_policy(bucket: str) -> dict[str, object]:
         "Version": "2012-10-17",
         "Statement": [
             {"Effect": "Allow",
-             "Action": ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads"],
+             "Action": ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads",
+                        "s3:ListBucketVersions"],
              "Resource": [f"arn:aws:s3:::{bucket}"]},
+            # Old versions can be read (``lake restore-path`` copies them back) but not deleted, nor the bucket's
+            # versioning or lifecycle changed, with keys every Spark process holds. MinIO lets s3:DeleteObject
+            # delete a version too unless s3:DeleteObjectVersion is denied outright (minio/minio#16409).
             {"Effect": "Allow",
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
-                        "s3:ListMultipartUploadParts"],
+             "Action": ["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject", "s3:DeleteObject",
+                        "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
              "Resource": [f"arn:aws:s3:::{bucket}/*"]},
+            {"Effect": "Deny", "Action": ["s3:DeleteObjectVersion"], "Resource": [f"arn:aws:s3:::{bucket}/*"]},
         ],
     }
 
@@ -94,6 +100,7 @@ def configure_minio(settings: Settings) -> None:
     client = Minio(endpoint, credentials=root, secure=secure, region=settings.s3_region)
     if not client.bucket_exists(settings.s3_bucket):
         client.make_bucket(settings.s3_bucket)
+    ensure_versioning(client, settings.s3_bucket, settings.s3_noncurrent_days)
     admin = MinioAdmin(endpoint=endpoint, credentials=root, secure=secure, region=settings.s3_region)
     policy_name = f"{settings.s3_bucket}-readwrite"
     admin.policy_add(policy_name, policy=bucket_policy(settings.s3_bucket))
@@ -103,6 +110,36 @@ def configure_minio(settings: Settings) -> None:
     except Exception as exc:
         if "already" not in str(exc).lower() and "XMinioAdminPolicyChangeAlreadyApplied" not in str(exc):
             raise
+
+
+#: The one lifecycle rule of the lake's bucket (MinIO rejects AbortIncompleteMultipartUpload: not set).
+LIFECYCLE_RULE_ID = "lake-expire-noncurrent"
+
+
+def ensure_versioning(client: Any, bucket: str, noncurrent_days: int) -> None:
+    """Versioning on, and one lifecycle rule: a version expires ``noncurrent_days`` after it stopped being current
+    (overwritten or deleted), and a delete marker with no version left behind it goes too. Every ``up``; only
+    what differs is set.
+
+    With versioning a delete or an overwrite (a VACUUM, a mistaken ``rm``, a dropped managed table) keeps the
+    old bytes as a noncurrent version that ``lake restore-path`` can bring back until it expires."""
+    from minio.commonconfig import ENABLED, Filter
+    from minio.lifecycleconfig import Expiration, LifecycleConfig, NoncurrentVersionExpiration, Rule
+    from minio.versioningconfig import VersioningConfig
+
+    if client.get_bucket_versioning(bucket).status != ENABLED:
+        client.set_bucket_versioning(bucket, VersioningConfig(ENABLED))
+        log.info(f"  minio     versioning enabled on bucket {bucket}")
+    current = client.get_bucket_lifecycle(bucket)
+    have = [(r.rule_id, getattr(r.noncurrent_version_expiration, "noncurrent_days", None),
+             getattr(r.expiration, "expired_object_delete_marker", None)) for r in (current.rules if current else [])]
+    if have != [(LIFECYCLE_RULE_ID, noncurrent_days, True)]:
+        rule = Rule(ENABLED, rule_filter=Filter(prefix=""), rule_id=LIFECYCLE_RULE_ID,
+                    noncurrent_version_expiration=NoncurrentVersionExpiration(noncurrent_days=noncurrent_days),
+                    expiration=Expiration(expired_object_delete_marker=True))
+        client.set_bucket_lifecycle(bucket, LifecycleConfig([rule]))
+        log.info(f"  minio     lifecycle of bucket {bucket}: old versions expire {noncurrent_days} day(s) after "
+                 "they stop being current (LAKE_S3_NONCURRENT_DAYS)")
 
 
 # ---------------------------------------------------------------- Kafka

@@ -217,15 +217,6 @@ def metastore_databases(host: str, port: int, timeout: float = 10.0) -> list[str
         return names
 
 
-def metastore(settings: Settings) -> Probe:
-    host, _, port = settings.metastore_uri.removeprefix("thrift://").partition(":")
-    try:
-        dbs = metastore_databases(host, int(port or 9083))
-        return True, f"get_all_databases -> {len(dbs)} database(s)"
-    except Exception as exc:  # noqa: BLE001
-        return False, f"{type(exc).__name__}: {exc}"
-
-
 def thrift(settings: Settings) -> Probe:
     # HiveServer2 opens its port only once the session catalog is initialised;
     # a real query runs in tests/integration (beeline) and in `lake sql`.

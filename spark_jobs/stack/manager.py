@@ -408,7 +408,9 @@ def _disk(settings: Settings) -> dict[str, Any]:
 def status(settings: Settings | None = None) -> dict[str, Any]:
     """Every service (healthy or not, with each program's uptime, restarts and last exit), the streaming app,
     free disk in the state dir, and ``ok``: False when a service is down, a program FATAL/BACKOFF, or the stream
-    restarted more than ``stream_max_restarts`` times in ``stream_restart_window_minutes`` (:func:`restart_loop_failure`)."""
+    restarted more than ``stream_max_restarts`` times in ``stream_restart_window_minutes`` (:func:`restart_loop_failure`),
+    or a record it has not archived is past ``retention_fail_fraction`` of its topic's Kafka retention (:func:`_retention`;
+    past ``retention_warn_fraction``: a warning)."""
     settings = settings or load_settings()
     daemon = supervisor.daemon_pid(settings) is not None
     history = supervisor.program_history(settings) if daemon else {}
@@ -450,14 +452,39 @@ def status(settings: Settings | None = None) -> dict[str, Any]:
         stream["detail"] = restart_loop_failure(stream_name, stream, restart_times, now, settings.stream_max_restarts,
                                                 settings.stream_restart_window_minutes,
                                                 last_error(log_path(settings, stream_name)))
+    warnings: list[str] = []
+    retention: dict[str, Any] = _retention(settings) if out.get("kafka", {}).get("healthy") else {"checked": False}
+    warnings += retention.get("warnings", [])
+    failures: list[str] = retention.get("failures", [])
+    if failures and stream["healthy"]:
+        stream["healthy"] = False
+        more = len(failures) - 1
+        stream["detail"] = ("Kafka is about to delete records the stream has not archived: " + failures[0]
+                            + (f" (and {more} more partition(s): --json)" if more else ""))
     disk = _disk(settings)
-    warnings = []
     if not disk["ok"]:
         warnings.append(f"low disk: {disk['free_mb']} MB free under {disk['path']} (below LAKE_STACK_MIN_FREE_DISK_MB="
                         f"{disk['min_free_mb']}); Kafka, PostgreSQL's WAL and MinIO stop when it fills: free space, "
                         "lower LAKE_KAFKA_*_RETENTION_BYTES, or move LAKE_STATE_DIR to a bigger disk")
     ok = all(s["healthy"] for s in out.values()) and stream["healthy"]
-    return {"ok": ok, "services": out, "stream": stream, "disk": disk, "warnings": warnings}
+    return {"ok": ok, "services": out, "stream": stream, "retention": retention, "disk": disk, "warnings": warnings}
+
+
+def _retention(settings: Settings) -> dict[str, Any]:
+    """The stream's input topics against their Kafka retention (:mod:`spark_jobs.streaming.retention`):
+    ``failures`` and ``warnings`` lines, and per partition what is behind. A check that cannot run is a warning."""
+    from spark_jobs.streaming import retention
+
+    try:
+        partitions = retention.measure(settings)
+    except Exception as exc:  # noqa: BLE001  # Kafka answered its probe: a failure here is a line, not a crash
+        return {"checked": False, "warnings": [f"could not compare the stream's lag with Kafka's retention: {exc}"]}
+    failures, warnings = retention.assess(partitions, settings.retention_warn_fraction,
+                                          settings.retention_fail_fraction)
+    return {"checked": True, "failures": failures, "warnings": warnings,
+            "partitions": {p.name: {"behind": p.behind, "lost": p.lost, "age_s": p.age_s, "bytes_behind": p.bytes_behind,
+                                    "retention_ms": p.retention_ms, "retention_bytes": p.retention_bytes,
+                                    "fraction": round(p.fraction, 4)} for p in partitions}}
 
 
 def _uptime(seconds: int | None) -> str:

@@ -7,13 +7,16 @@ Each :class:`Service` carries its own steps of ``lake stack up`` (hooks), so the
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from spark_jobs import kafka_auth
 from spark_jobs.jars import pyspark_home, spark_extra_jars
-from spark_jobs.session import spark_conf_dir
+from spark_jobs.session import DELTA_CONF, spark_conf_dir
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack import bootstrap, health
 from spark_jobs.stack.configs import thrift_users_path
@@ -158,6 +161,50 @@ def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:
     return [w for k, v in driver_ports_conf(driver_port, block_manager_port).items() for w in ("--conf", f"{k}={v}")]
 
 
+def analyst_guard_conf(settings: Settings) -> dict[str, str]:
+    """Spark properties of the servers analysts log in to (Thrift, Spark Connect): they run SQL as the service
+    user, so they may neither load code nor touch local files (infra/guard, README "Security model").
+
+    The local file system allows only the servers' own scratch folders (Hive's session dirs, Spark's temp files
+    under the JVM's temp dir), and never the state dir, the artifact cache, the repository or the home folder,
+    even when one of them lies under the temp dir.
+    """
+    # Hive's session scratch dirs (hive.exec.scratchdir /tmp/hive, the local ones) and Spark's are in here.
+    tmp = tempfile.gettempdir()
+    denied = [settings.state_dir, settings.cache_dir, REPO_ROOT, Path(os.environ.get("HOME", settings.state_dir))]
+    return {
+        "spark.sql.extensions": f"{DELTA_CONF['spark.sql.extensions']},LakeAnalystGuard",
+        "spark.lake.guard.allowedPathPrefix": f"s3a://{settings.s3_bucket}/",
+        "spark.hadoop.fs.file.impl": "LakeLocalFileSystem",
+        "spark.hadoop.lake.guard.fs.allowedRoots": tmp,
+        "spark.hadoop.lake.guard.fs.deniedRoots": ",".join(str(p) for p in denied),
+    }
+
+
+def analyst_guard_args(settings: Settings) -> list[str]:
+    return [w for k, v in analyst_guard_conf(settings).items() for w in ("--conf", f"{k}={v}")]
+
+
+def init_catalog(settings: Settings) -> None:
+    """Create the shared catalog's tables in PostgreSQL's metastore database once (infra/metastore), so Spark
+    processes starting together do not race on DataNucleus' CREATE TABLE. Nothing to do for an external
+    metastore service (``LAKE_METASTORE_URI``)."""
+    if settings.metastore_uri:
+        return
+    cp = classpath(settings.conf_dir / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings),
+                   java_classes_dir(settings))
+    proc = subprocess.run(
+        [java_bin(), "-Xmx512m", "-Djava.awt.headless=true",
+         f"-Dlog4j2.configurationFile={settings.conf_dir / 'log4j2' / 'metastore.properties'}",
+         "-cp", cp, "LakeMetastoreInit"],
+        env={**base_env(settings), "HADOOP_USER_NAME": "lake"}, capture_output=True, text=True, check=False,
+        timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"creating the catalog's schema in PostgreSQL's {settings.metastore_db} database failed "
+                           f"(LakeMetastoreInit exit {proc.returncode}); is PostgreSQL up?\n"
+                           f"{(proc.stdout + proc.stderr)[-3000:]}")
+
+
 def services(settings: Settings) -> list[Service]:
     """All services in start order."""
     env = base_env(settings)
@@ -262,26 +309,6 @@ def services(settings: Settings) -> list[Service]:
         port_settings=("connect_port",),
         hint="Connect needs Kafka up and the Debezium plugin unpacked by `make setup`",
     )
-    metastore_cp = classpath(conf / "hive", pyspark_home() / "jars" / "*", *spark_extra_jars(settings),
-                       java_classes_dir(settings))
-    metastore = Service(
-        name="metastore",
-        programs=(Program(
-            name="metastore",
-            # LakeMetaStore, not HiveMetaStore: Hive 2.3's server binds every interface (see its source).
-            command=[java_bin(), f"-Xmx{settings.metastore_heap}", "-Djava.awt.headless=true",
-                     f"-Dlog4j2.configurationFile={conf / 'log4j2' / 'metastore.properties'}",
-                     "-cp", metastore_cp, "LakeMetaStore", host, str(settings.metastore_port)],
-            env={**env, "HADOOP_USER_NAME": "lake"},
-            start_secs=30,
-        ),),
-        ports=(settings.metastore_port,),
-        endpoint=settings.metastore_uri,
-        probe=health.metastore,
-        start_timeout=120,
-        port_settings=("metastore_port",),
-        hint="the Hive metastore runs from pyspark's Hive 2.3 jars against the stack's PostgreSQL",
-    )
     thrift = Service(
         name="thrift",
         programs=(Program(
@@ -299,6 +326,7 @@ def services(settings: Settings) -> list[Service]:
                      # and system properties), not from Spark's conf.
                      "--driver-java-options", "-Dhive.server2.custom.authentication.class=LakeThriftAuth",
                      "--driver-class-path", classpath(*spark_extra_jars(settings), java_classes_dir(settings)),
+                     *analyst_guard_args(settings),
                      *driver_port_args(settings.thrift_driver_port, settings.thrift_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake", "LAKE_THRIFT_USERS_FILE": str(thrift_users_path(settings))},
@@ -309,7 +337,9 @@ def services(settings: Settings) -> list[Service]:
         probe=health.thrift,
         start_timeout=180,
         port_settings=("thrift_port", "thrift_driver_port", "thrift_block_manager_port"),
-        hint="the Spark Thrift Server needs the metastore and MinIO",
+        # The first Spark process of `lake stack up`: the catalog's schema is created before any starts.
+        prepare=init_catalog,
+        hint="the Spark Thrift Server needs PostgreSQL's metastore database and MinIO",
     )
     # The batch layer's Spark driver: Airflow tasks send their plans here over Spark Connect instead of
     # starting a JVM each (a spark-submit costs ~30 s here; a 7-day backfill is dozens of tasks). One
@@ -325,6 +355,9 @@ def services(settings: Settings) -> list[Service]:
                      "--conf", f"spark.driver.memory={settings.spark_connect_driver_memory}",
                      "--conf", f"spark.connect.grpc.binding.address={host}",
                      "--conf", f"spark.connect.grpc.binding.port={settings.spark_connect_port}",
+                     "--conf", "spark.connect.grpc.interceptor.classes=LakeConnectGuard",
+                     "--driver-class-path", classpath(*spark_extra_jars(settings), java_classes_dir(settings)),
+                     *analyst_guard_args(settings),
                      *driver_port_args(settings.spark_connect_driver_port, settings.spark_connect_block_manager_port),
                      "spark-internal"],
             env={**env, "HADOOP_USER_NAME": "lake", "SPARK_CONNECT_AUTHENTICATE_TOKEN": settings.spark_connect_token},
@@ -338,7 +371,7 @@ def services(settings: Settings) -> list[Service]:
         port_settings=("spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port"),
         # The serving database, watermark table and views (those whose sources exist), also on a running server.
         after_start=bootstrap.ensure_serving_views,
-        hint="the Spark Connect server needs the metastore and MinIO",
+        hint="the Spark Connect server needs PostgreSQL's metastore database and MinIO",
     )
     # The data-quality report: serves the GX Data Docs site and renders the pages validation tasks queue
     # (spark_jobs.quality.docs_server), so no task waits for GX's index rebuild.
@@ -386,7 +419,7 @@ def services(settings: Settings) -> list[Service]:
         hint="Airflow needs PostgreSQL; its metadata DB is migrated by `lake stack up`",
     )
     cluster = [spark_cluster(settings, env)] if settings.spark_cluster_workers else []
-    return [postgres, minio, kafka, connect, metastore, *cluster, thrift, spark_connect, dq_docs, airflow]
+    return [postgres, minio, kafka, connect, *cluster, thrift, spark_connect, dq_docs, airflow]
 
 
 def spark_cluster(settings: Settings, env: dict[str, str]) -> Service:

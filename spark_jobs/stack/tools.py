@@ -14,10 +14,12 @@ from spark_jobs.jars import jar_group_dir, pyspark_home
 from spark_jobs.settings import REPO_ROOT, Settings
 
 INFRA = REPO_ROOT / "infra"
-METASTORE_LAUNCHER = INFRA / "metastore" / "LakeMetaStore.java"
+METASTORE_INIT = INFRA / "metastore" / "LakeMetastoreInit.java"
 THRIFT_AUTH = INFRA / "thrift" / "LakeThriftAuth.java"
+#: What an analyst login may not do on the Thrift and Spark Connect servers (README, Security model).
+GUARDS = tuple(INFRA / "guard" / f"{n}.java" for n in ("LakeAnalystGuard", "LakeLocalFileSystem", "LakeConnectGuard"))
 #: Our Java helpers, compiled together against pyspark's jars at `lake stack up`.
-JAVA_SOURCES = (METASTORE_LAUNCHER, THRIFT_AUTH)
+JAVA_SOURCES = (METASTORE_INIT, THRIFT_AUTH, *GUARDS)
 MINIO_BIN_NAME = "minio"
 
 
@@ -66,15 +68,15 @@ def java_classes_dir(settings: Settings) -> Path:
 
 
 def build_java_classes(settings: Settings) -> Path:
-    """Compile the metastore launcher and the Thrift password check against pyspark's jars once; returns
-    their classes folder."""
+    """Compile the catalog schema init, the Thrift password check and the analyst guards against pyspark's jars
+    once; returns their classes folder."""
     out = java_classes_dir(settings)
     if all((out / f"{src.stem}.class").is_file() for src in JAVA_SOURCES):
         return out
     javac = shutil.which("javac") or (str(Path(java_bin()).parent / "javac"))
     if not Path(javac).exists():
-        raise FileNotFoundError("javac not found next to java or on PATH: the metastore launcher and the Thrift "
-                                f"password check ({', '.join(map(str, JAVA_SOURCES))}) are compiled at "
+        raise FileNotFoundError("javac not found next to java or on PATH: the catalog init, the Thrift "
+                                f"password check and the analyst guards ({', '.join(map(str, JAVA_SOURCES))}) are compiled at "
                                 "`lake stack up`; install a JDK 17 (apt-get install openjdk-17-jdk-headless)")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

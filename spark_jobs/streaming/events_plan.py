@@ -12,9 +12,10 @@ One streaming query, one Kafka read per micro-batch shared by two branches:
   de-duplicated by ``event_id`` in Spark's state store
   (``dropDuplicatesWithinWatermark``, RocksDB provider) with a watermark on
   the batch's ingest time: a re-send is dropped if it arrives within
-  ``LAKE_EVENTS_WATERMARK_MINUTES`` (to 2x that) of the first copy, and the
-  state forgets ids after that, so it holds rate x horizon ids at most and
-  survives restarts with the checkpoint. Rejects pass through (their key is
+  ``LAKE_EVENTS_WATERMARK_MINUTES`` of the first copy, and the state forgets
+  ids after that, so it holds rate x horizon ids at most and survives restarts
+  with the checkpoint (:func:`dedup_delay`: the operator keeps an id for twice
+  its watermark delay, so the delay is half the horizon). Rejects pass through (their key is
   their Kafka coordinates). The ingest time never falls behind its own
   watermark, so the operator drops no record as "late".
 """
@@ -27,6 +28,16 @@ from spark_jobs.silver.events import check_events
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+def dedup_delay(horizon_minutes: int) -> str:
+    """Watermark delay of the de-duplication for a horizon: ``dropDuplicatesWithinWatermark`` keeps an id until
+    the watermark (newest ingest time - delay) passes its expiry (first ingest time + delay), i.e. for twice the
+    delay, and drops every re-send until then. Half the horizon holds the guarantee ("a re-send within the
+    horizon is dropped") with half the ids a delay of the whole horizon held; Spark's eviction scans every id
+    held on every batch, so the state's size is the events queries' main fixed cost per batch
+    (docs/benchmarks.md)."""
+    return f"{horizon_minutes * 30} seconds"
+
 
 #: ``_kind`` of a row: the Kafka record as received (bronze, the ledger) or after the contract check.
 RAW, CHECKED = "raw", "checked"
@@ -53,7 +64,7 @@ def events_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
                .withColumn("_kind", F.lit(CHECKED))
                .withColumn("_dedup_key", F.coalesce(F.col("_event_id"),
                                                     F.format_string("#%d/%d", F.col("partition"), F.col("offset"))))
-               .withWatermark("_ingest_time", f"{watermark_minutes} minutes")
+               .withWatermark("_ingest_time", dedup_delay(watermark_minutes))
                .dropDuplicatesWithinWatermark(["_dedup_key"])
                .drop("_dedup_key"))
     return raw.unionByName(checked, allowMissingColumns=True)
@@ -93,7 +104,7 @@ def hot_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
             .where(F.col("_reason").isNull())
             .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "kafka_timestamp",
                     "_ingest_time", late_flag(watermark_minutes).alias("_late"))
-            .withWatermark("_ingest_time", f"{watermark_minutes} minutes")
+            .withWatermark("_ingest_time", dedup_delay(watermark_minutes))
             .dropDuplicatesWithinWatermark(["_event_id"]))
 
 

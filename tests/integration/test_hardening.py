@@ -122,7 +122,7 @@ def test_every_listener_is_on_lake_host_and_a_port_from_the_settings(streaming: 
     listeners = _listeners(settings)
     programs = {listener.program for listener in listeners}
     # The check must see the services it is about, or it proves nothing.
-    for expected in ("postgres", "minio", "kafka", "connect", "metastore", "thrift", "spark-connect",
+    for expected in ("postgres", "minio", "kafka", "connect", "thrift", "spark-connect",
                      "airflow-api-server", "airflow-scheduler", "stream"):
         assert expected in programs, f"no listener found for {expected}: {sorted(programs)}"
     bad = [listener for listener in listeners if not _allowed(settings, listener, ports)]

@@ -16,7 +16,7 @@ from spark_jobs.settings import REPO_ROOT, SECRET_NAMES, Settings
 from spark_jobs.stack import health
 from tests.integration.lakehelpers import run_lake, shop_cursor
 
-SERVICES = {"postgres", "kafka", "connect", "minio", "metastore", "thrift", "spark-connect", "dq-docs", "airflow"}
+SERVICES = {"postgres", "kafka", "connect", "minio", "thrift", "spark-connect", "dq-docs", "airflow"}
 
 
 def test_status_json_reports_every_service_healthy_without_secrets(stack: Settings) -> None:
@@ -80,9 +80,9 @@ def test_minio_lake_keys_are_scoped_to_the_bucket(stack: Settings) -> None:
     assert stack.minio_root_user != stack.s3_access_key
 
 
-def test_metastore_answers_thrift_calls(stack: Settings) -> None:
-    host, _, port = stack.metastore_uri.removeprefix("thrift://").partition(":")
-    assert "default" in health.metastore_databases(host, int(port))
+def test_no_metastore_service_listens(stack: Settings) -> None:
+    assert not stack.metastore_uri  # every Spark process reaches PostgreSQL's metastore database itself
+    assert not health.port_open(stack.host, 19083)
 
 
 def test_no_secret_is_committed(stack: Settings) -> None:

@@ -13,17 +13,8 @@ from spark_jobs import cli, logs
 
 
 @pytest.fixture(autouse=True)
-def _keep_umask_and_logging() -> Any:
-    """``cli.main`` sets umask 077 and lake's console logging for the process; give the next test its own."""
-    import os
-
-    old = os.umask(0o077)
-    os.umask(old)
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    os.umask(old)
-    root.handlers[:], root.level = handlers, level
+def _keep_umask_and_logging(keep_umask_and_logging: None) -> None:
+    """``cli.main`` sets umask 077 and lake's console logging for the process: tests/conftest.py restores them."""
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:

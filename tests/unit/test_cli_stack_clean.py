@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -22,17 +21,8 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _keep_umask_and_logging() -> Any:
-    import logging
-    import os
-
-    old = os.umask(0o077)
-    os.umask(old)
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    os.umask(old)
-    root.handlers[:], root.level = handlers, level
+def _keep_umask_and_logging(keep_umask_and_logging: None) -> None:
+    """``lake`` sets umask 077 and its console logging for the process: tests/conftest.py restores them."""
 
 
 def _clean(state: Path, *args: str, tty: bool, answer: str | None = None, monkeypatch: pytest.MonkeyPatch) -> Result:

@@ -34,7 +34,7 @@ def test_defaults_derive_endpoints_from_ports(tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_PORT": "29092", "LAKE_MINIO_PORT": "29000"})
     assert s.kafka_bootstrap == "127.0.0.1:29092"
     assert s.s3_endpoint == "http://127.0.0.1:29000"
-    assert s.metastore_uri == "thrift://127.0.0.1:19083"
+    assert s.metastore_uri == ""  # no metastore service: PostgreSQL itself (spark_jobs.session.catalog_conf)
     assert s.warehouse_uri == "s3a://lake/warehouse"
     assert s.state_dir == tmp_path.resolve()
 
@@ -164,7 +164,7 @@ def test_env_example_is_rendered_from_the_model() -> None:
 def test_each_secret_reads_its_lake_name() -> None:
     aliases = {f.validation_alias for f in Settings.model_fields.values() if f.validation_alias}
     assert aliases == {env_name(name) for name in SECRET_NAMES}
-    assert len(SECRET_NAMES) == 20
+    assert len(SECRET_NAMES) == 21
 
 
 def test_every_port_setting_is_checked_for_clashes() -> None:

@@ -35,9 +35,9 @@ def test_every_infra_template_renders(tmp_path: Path) -> None:
 
 def test_bucket_policy_is_scoped_to_the_bucket() -> None:
     policy: Any = bucket_policy("lake")
-    resources = [r for st in policy["Statement"] for r in st["Resource"]]
+    resources = [r for st in policy["Statement"] if st["Effect"] == "Allow" for r in st["Resource"]]
     assert resources == ["arn:aws:s3:::lake", "arn:aws:s3:::lake/*"]
-    actions = {a for st in policy["Statement"] for a in st["Action"]}
+    actions = {a for st in policy["Statement"] if st["Effect"] == "Allow" for a in st["Action"]}
     assert "s3:CreateBucket" not in actions and not any(a.startswith("admin:") for a in actions)
 
 

@@ -24,7 +24,7 @@ SECRETS = {"LAKE_S3_ACCESS_KEY": "lakeaccesskeyxyz", "LAKE_S3_SECRET_KEY": "s3se
            "LAKE_KAFKA_TOOLS_PASSWORD": "kafkaToolsPw123", "LAKE_KAFKA_CONNECT_PASSWORD": "kafkaConnectPw123",
            "LAKE_KAFKA_STREAM_PASSWORD": "kafkaStreamPw123", "LAKE_KAFKA_PRODUCER_PASSWORD": "kafkaProducerPw123",
            "LAKE_CONNECT_REST_PASSWORD": "connectRestPw123", "LAKE_THRIFT_PASSWORD": "thriftPw123",
-           "LAKE_DQ_DOCS_PASSWORD": "dqDocsPw123"}
+           "LAKE_DQ_DOCS_PASSWORD": "dqDocsPw123", "LAKE_SPARK_AUTH_SECRET": "sparkAuthSecret123"}
 
 
 @pytest.fixture
@@ -84,8 +84,7 @@ def test_supervisord_and_its_programs_run_with_umask_077(settings: Settings) -> 
 
 def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
     by_name = {p.name: p for s in services.services(settings) for p in s.programs}
-    metastore = by_name["metastore"].command
-    assert metastore[-3:] == ["LakeMetaStore", "127.0.0.2", str(settings.metastore_port)]
+    assert "metastore" not in by_name  # no catalog port: each Spark process reaches PostgreSQL itself
     for name, driver, block_manager in (
             ("thrift", settings.thrift_driver_port, settings.thrift_block_manager_port),
             ("spark-connect", settings.spark_connect_driver_port, settings.spark_connect_block_manager_port)):
@@ -117,10 +116,11 @@ def _settings_lines(properties: str) -> str:
     return "\n".join(line for line in properties.splitlines() if not line.lstrip().startswith("#"))
 
 
-def test_the_metastore_launcher_compiles(settings: Settings, tmp_path: Path) -> None:
+def test_the_java_helpers_compile(settings: Settings, tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path / "s"), "LAKE_CACHE_DIR": str(tmp_path / "cache")})
     out = tools.build_java_classes(s)
-    assert (out / "LakeMetaStore.class").is_file()
+    for name in ("LakeMetastoreInit", "LakeThriftAuth", "LakeAnalystGuard", "LakeLocalFileSystem", "LakeConnectGuard"):
+        assert (out / f"{name}.class").is_file()
     assert tools.build_java_classes(s) == out  # cached
 
 
@@ -160,3 +160,34 @@ def test_the_thrift_server_asks_for_a_password_from_a_private_file(settings: Set
     users, password = configs.thrift_users_path(settings), configs.thrift_password_path(settings)
     assert users.read_text() == f"{configs.THRIFT_USER}=thriftPw123\n" and password.read_text() == "thriftPw123"
     assert users.stat().st_mode & 0o077 == 0 and password.stat().st_mode & 0o077 == 0
+
+
+def test_every_spark_process_authenticates_and_encrypts_with_the_private_secret(settings: Settings) -> None:
+    conf = session.spark_conf(settings)
+    assert conf["spark.authenticate"] == "true" and conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.authenticate.secret"] == SECRETS["LAKE_SPARK_AUTH_SECRET"]
+    assert "spark.authenticate.secret" not in session.public_spark_conf(settings)  # never on a command line
+    assert "spark.authenticate.secret sparkAuthSecret123" in session.spark_defaults_text(settings)
+
+
+def test_the_catalog_is_postgres_itself_with_the_password_only_in_the_private_file(settings: Settings) -> None:
+    conf = session.spark_conf(settings)
+    assert conf["spark.hadoop.hive.metastore.uris"] == ""
+    assert conf["spark.hadoop.javax.jdo.option.ConnectionURL"].endswith(f":{settings.pg_port}/metastore")
+    assert conf["spark.hadoop.javax.jdo.option.ConnectionPassword"] == SECRETS["LAKE_PG_METASTORE_PASSWORD"]
+    assert "spark.hadoop.javax.jdo.option.ConnectionPassword" not in session.public_spark_conf(settings)
+    external = load_settings({"LAKE_STATE_DIR": str(settings.state_dir), "LAKE_METASTORE_URI": "thrift://hms:9083",
+                              **SECRETS})
+    ext = session.spark_conf(external)
+    assert ext["spark.hadoop.hive.metastore.uris"] == "thrift://hms:9083"
+    assert not any(k.startswith("spark.hadoop.javax.jdo") for k in ext)
+
+
+def test_only_the_analyst_servers_carry_the_guards(settings: Settings) -> None:
+    by_name = {p.name: " ".join(p.command) for s in services.services(settings) for p in s.programs}
+    for name in ("thrift", "spark-connect"):
+        assert "LakeAnalystGuard" in by_name[name] and "spark.hadoop.fs.file.impl=LakeLocalFileSystem" in by_name[name]
+        assert f"spark.lake.guard.allowedPathPrefix=s3a://{settings.s3_bucket}/" in by_name[name]
+        assert str(settings.state_dir) in services.analyst_guard_conf(settings)["spark.hadoop.lake.guard.fs.deniedRoots"]
+    assert "spark.connect.grpc.interceptor.classes=LakeConnectGuard" in by_name["spark-connect"]
+    assert "LakeAnalystGuard" not in " ".join(services.stream_program(settings).command)

@@ -1,0 +1,200 @@
+"""How close Kafka is to deleting records the streaming app has not archived yet.
+
+Bronze is the archive, Kafka only a window (``retention.ms`` / ``retention.bytes`` per partition, README,
+Retention). While the app is stopped or behind, the oldest record it has not processed ages and more bytes
+pile up after it; once either reaches its topic's limit Kafka deletes it and bronze never sees it. Per
+partition of each input topic this measures:
+
+- the age of the oldest unprocessed record (its Kafka timestamp against now) as a fraction of ``retention.ms``;
+- the bytes from that record to the end of the partition as a fraction of ``retention.bytes``: the partition's
+  log size on disk (``<state>/data/kafka/<topic>-<p>/*.log``) times the share of its records still to process.
+  An estimate (records assumed of equal size), and only where the broker's log dir is readable (the local stack).
+
+Kafka deletes a whole segment once its newest record is past retention, so a record goes no sooner than the
+fraction reaches 1: the measure errs on the early side. "Processed" is :func:`control.processed_offsets`: for
+the events topic the lower of the archive's and the hot query's offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from spark_jobs import kafka_auth
+from spark_jobs.settings import Settings
+
+
+@dataclass(frozen=True)
+class PartitionRetention:
+    """One partition's unprocessed records against its topic's retention. Offsets and sizes as Kafka reports them;
+    ``None`` where a figure is unknown or the limit is off (-1)."""
+
+    topic: str
+    partition: int
+    behind: int  # records not processed yet (end offset - first unprocessed offset)
+    lost: int  # records Kafka already deleted before the app processed them (log start - first unprocessed)
+    age_s: float | None  # age of the oldest unprocessed record still in Kafka
+    retention_ms: int
+    bytes_behind: int | None
+    retention_bytes: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+    @property
+    def time_fraction(self) -> float | None:
+        if self.age_s is None or self.retention_ms <= 0:
+            return None
+        return self.age_s * 1000 / self.retention_ms
+
+    @property
+    def bytes_fraction(self) -> float | None:
+        if self.bytes_behind is None or self.retention_bytes <= 0:
+            return None
+        return self.bytes_behind / self.retention_bytes
+
+    @property
+    def fraction(self) -> float:
+        """The larger of the two fractions (0 when nothing is behind or no limit applies)."""
+        return max(f for f in (self.time_fraction, self.bytes_fraction, 0.0) if f is not None)
+
+
+def partition_retention(topic: str, partition: int, *, processed: int, low: int, high: int,
+                        oldest_timestamp_ms: int | None, now_ms: int, retention_ms: int, retention_bytes: int,
+                        log_bytes: int | None) -> PartitionRetention:
+    """One partition's figures from fed-in numbers (all offsets as Kafka counts them).
+
+    ``processed``: the last offset the app processed (-1: none or unknown); ``low``/``high``: the partition's log start and
+    end offsets; ``oldest_timestamp_ms``: Kafka timestamp of the first unprocessed record still in the log;
+    ``log_bytes``: the partition's log size (None: unknown).
+    """
+    first = processed + 1
+    # -1 is also "no progress file yet": the app then starts at the log start, and what went before is unknown.
+    lost = max(0, low - first) if processed >= 0 else 0
+    start = max(first, low)
+    behind = max(0, high - start)
+    age = None
+    if behind and oldest_timestamp_ms is not None:
+        age = max(0.0, (now_ms - oldest_timestamp_ms) / 1000)
+    bytes_behind = None
+    if log_bytes is not None:
+        held = high - low
+        bytes_behind = round(log_bytes * behind / held) if held > 0 else 0
+    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds:.0f} s"
+
+
+def _describe(p: PartitionRetention) -> str:
+    parts = []
+    if p.time_fraction is not None and p.age_s is not None:
+        parts.append(f"oldest unprocessed record {_hours(p.age_s)} old of retention.ms "
+                     f"{_hours(p.retention_ms / 1000)} ({p.time_fraction:.1%})")
+    if p.bytes_fraction is not None and p.bytes_behind is not None:
+        parts.append(f"~{_gib(p.bytes_behind)} behind of retention.bytes {_gib(p.retention_bytes)} "
+                     f"({p.bytes_fraction:.1%})")
+    return f"{p.name}: {p.behind} record(s) not archived, " + ", ".join(parts)
+
+
+def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
+           fail_fraction: float) -> tuple[list[str], list[str]]:
+    """``(failures, warnings)``, one line per partition: records already lost or a fraction at or past
+    ``fail_fraction`` fail; at or past ``warn_fraction`` warn."""
+    fix = "let the stream catch up (`lake stream start`) or raise LAKE_KAFKA_*_RETENTION_* (README, Retention)"
+    failures: list[str] = []
+    warnings: list[str] = []
+    for p in partitions:
+        if p.lost:
+            failures.append(f"{p.name}: Kafka already deleted {p.lost} record(s) the streaming app never archived "
+                            "(the app fails at start with failOnDataLoss; README, Retention, says how to recover)")
+        elif p.behind and p.fraction >= fail_fraction:
+            failures.append(f"{_describe(p)}; past LAKE_RETENTION_FAIL_FRACTION={fail_fraction}: {fix}")
+        elif p.behind and p.fraction >= warn_fraction:
+            warnings.append(f"{_describe(p)}; past LAKE_RETENTION_WARN_FRACTION={warn_fraction}: {fix}")
+    return failures, warnings
+
+
+def log_bytes(log_dir: Path, topic: str, partition: int) -> int | None:
+    """Size of a partition's log segments in the broker's log dir (None: not there or not readable)."""
+    try:
+        return sum(f.stat().st_size for f in (log_dir / f"{topic}-{partition}").glob("*.log"))
+    except OSError:
+        return None
+
+
+def _oldest_timestamps(settings: Settings, starts: Mapping[tuple[str, int], int],
+                       timeout: float) -> dict[tuple[str, int], int]:
+    """Kafka timestamp (ms) of the record at each ``(topic, partition) -> offset``: one fetch per partition."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    if not starts:
+        return {}
+    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    out: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, off) for (t, p), off in starts.items()])
+        deadline = time.monotonic() + timeout
+        while len(out) < len(starts) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            key = (str(msg.topic()), int(msg.partition() or 0))
+            if key in starts and key not in out:
+                out[key] = msg.timestamp()[1]
+                consumer.pause([TopicPartition(key[0], key[1])])
+    finally:
+        consumer.close()
+    return out
+
+
+def measure(settings: Settings, topics: Iterable[str] | None = None, processed: Mapping[str, int] | None = None,
+            timeout: float = 10.0) -> list[PartitionRetention]:
+    """Every partition of ``topics`` (default: the app's input topics) that exists, against its retention.
+
+    ``processed``: last processed offset per ``topic:partition`` (default: the app's progress files).
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    from spark_jobs.kafka_topics import topic_configs
+    from spark_jobs.streaming import control
+
+    topics = list(control.input_topics(settings) if topics is None else topics)
+    done = dict(control.processed_offsets(settings) if processed is None else processed)
+    configs = topic_configs(settings, topics, timeout=timeout)
+    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
+                         "enable.auto.commit": False})
+    marks: dict[tuple[str, int], tuple[int, int]] = {}
+    try:
+        meta = consumer.list_topics(timeout=timeout)
+        for topic in configs:
+            for pid in meta.topics[topic].partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=timeout)
+                marks[(topic, pid)] = (int(low), int(high))
+    finally:
+        consumer.close()
+    starts = {tp: max(low, int(done.get(f"{tp[0]}:{tp[1]}", -1)) + 1) for tp, (low, high) in marks.items()}
+    starts = {tp: off for tp, off in starts.items() if off < marks[tp][1]}
+    stamps = _oldest_timestamps(settings, starts, timeout)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    log_dir = settings.data_dir / "kafka"
+    out = []
+    for (topic, pid), (low, high) in sorted(marks.items()):
+        conf = configs[topic]
+        out.append(partition_retention(
+            topic, pid, processed=int(done.get(f"{topic}:{pid}", -1)), low=low, high=high,
+            oldest_timestamp_ms=stamps.get((topic, pid)), now_ms=now_ms,
+            retention_ms=int(conf.get("retention.ms", "-1")), retention_bytes=int(conf.get("retention.bytes", "-1")),
+            log_bytes=log_bytes(log_dir, topic, pid)))
+    return out
