@@ -34,6 +34,15 @@ schedules it.
   row) to show the gate failing the task with nothing published.
 * **Assets**: each gold table is an Asset (`gold.<table>`), updated when its
   task succeeds; data-quality and serving DAGs schedule on them.
+* **Serving watermark**: once every gold task of the run succeeded (their
+  gates passed, their rows are committed), `serving_watermark` moves
+  `ops.serving_watermark` forwards over the unbroken run of days whose gold
+  passed its `block` rules: that commit switches those days of the serving
+  views from the speed layer to gold. It never moves backwards unless the run
+  sets the `serving_backfill` param (recorded in the table). It updates the
+  Assets `serving.daily_sales` and `serving.daily_funnel` (extra: the new and
+  previous watermark), for DAGs that read the serving views. Logic in
+  `spark_jobs/jobs/serving.py` and `spark_jobs/serving/`.
 """
 
 from __future__ import annotations
@@ -45,6 +54,9 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param, task
 
 GOLD = ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")
 ASSETS = {t: Asset(name=f"gold.{t}", uri=f"lakestream://gold/{t}", group="gold") for t in GOLD}
+#: The serving views (spark_jobs/serving/views.py): updated when the watermark task succeeds.
+SERVING = ("daily_sales", "daily_funnel")
+SERVING_ASSETS = {v: Asset(name=f"serving.{v}", uri=f"lakestream://serving/{v}", group="serving") for v in SERVING}
 
 
 def _gold_task(table: str) -> Any:
@@ -65,6 +77,24 @@ def _gold_task(table: str) -> Any:
     return build()
 
 
+@task(task_id="serving_watermark", pool="ops_serving_watermark", outlets=list(SERVING_ASSETS.values()))
+def serving_watermark(**context: Any) -> dict[str, Any]:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_jobs.jobs.gold import IntervalError
+    from spark_jobs.jobs.serving import watermark_task
+
+    try:
+        moved = watermark_task(context["params"].get("day"), context.get("data_interval_start"),
+                               context.get("data_interval_end"), backfill=bool(context["params"].get("serving_backfill")),
+                               run_id=context["run_id"], dag_id=context["dag"].dag_id, task_id="serving_watermark")
+    except IntervalError as exc:  # a retry cannot help: fail now, saying why
+        raise AirflowFailException(str(exc)) from exc
+    for asset in SERVING_ASSETS.values():
+        context["outlet_events"][asset].extra = moved
+    return moved
+
+
 with DAG(
     dag_id="lake_gold_daily",
     description="Gold star schema (SCD2 dimensions, order/sales/funnel facts) for one UTC day",
@@ -78,7 +108,10 @@ with DAG(
                          description="compute this UTC day (YYYY-MM-DD) instead of the run's data interval"),
             "dq_drill": Param(None, type=["null", "string"], enum=[None, *GOLD],
                               description="data-quality drill: this gold table's computed rows get one duplicated "
-                                          "row, so its gate must fail the task and publish nothing")},
+                                          "row, so its gate must fail the task and publish nothing"),
+            "serving_backfill": Param(False, type="boolean",
+                                      description="set the serving watermark to this run's day even when that moves "
+                                                  "it backwards (recorded as a backfill in ops.serving_watermark)")},
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "owner": "lakestream",
                   "execution_timeout": timedelta(minutes=20)},
 ) as dag:
@@ -86,3 +119,4 @@ with DAG(
     built["dim_customers"] >> built["fct_orders"] >> built["fct_daily_sales"]
     built["dim_products"] >> built["fct_orders"]
     built["dim_customers"] >> built["fct_daily_funnel"]
+    list(built.values()) >> serving_watermark()

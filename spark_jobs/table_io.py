@@ -14,7 +14,7 @@ from spark_jobs.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-LAYERS = ("bronze", "silver", "hot", "gold", "quarantine", "ops")
+LAYERS = ("bronze", "silver", "hot", "gold", "serving", "quarantine", "ops")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TABLE = re.compile(r"^[a-z][a-z0-9_]*(__[a-z0-9_]+)*$")
 

@@ -39,6 +39,7 @@ HOT_DRIVER = "streaming app, query lake_events_hot (driver, delta-rs)"
 GOLD_DAG = "Airflow lake_gold_daily (Spark Connect server)"
 DQ_GATE = "data-quality gate (Airflow gold and lake_dq_streaming tasks, Spark Connect server)"
 SMOKE = "lake job smoke / Airflow lake_smoke"
+SERVING_DAG = "Airflow lake_gold_daily, task serving_watermark (Spark Connect server)"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
     LakeTable("ops.dq_results", "one row per expectation per validation", DQ_GATE,
               ("run_id", "table_name", "task_id", "expectation")),
     LakeTable("ops.smoke", "one row per n per smoke run", SMOKE, ("run_id", "n")),
+    LakeTable("ops.serving_watermark", "one row per move of the serving layer's batch watermark", SERVING_DAG,
+              ("seq",)),
 ]})
 
 #: ``quarantine.dq_<layer>_<table>``: rows a data-quality gate held back, one table per validated table.

@@ -9,22 +9,27 @@ whatever the Spark session's time zone. Money stays decimal end to end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
+from spark_jobs.gold.rules import (
+    DAILY_FUNNEL_COUNTS,
+    DAILY_FUNNEL_RATIOS,
+    DAILY_SALES,
+    FUNNEL_STEPS,
+    ORDER_FACTS,
+    ORDER_LINES,
+    PAID_STATUSES,
+    utc_date_sql,
+)
+
 __all__ = ["FUNNEL_STEPS", "PAID_STATUSES", "fct_daily_funnel", "fct_daily_sales", "fct_orders", "utc_date"]
 
 MONEY = DecimalType(14, 2)
-DAILY_MONEY = DecimalType(18, 2)
-#: Orders that count as sold (revenue, units).
-PAID_STATUSES = ("paid", "shipped")
-REFUNDED = "refunded"
-CANCELLED = "cancelled"
-#: The clickstream funnel, in order: the contract's event types (tests/unit/test_gold_facts.py checks they match).
-FUNNEL_STEPS = ("page_view", "add_to_cart", "checkout", "purchase")
 
 _SECONDS_PER_DAY = 86400
 
@@ -47,9 +52,14 @@ def _interval(col: str, start: datetime, end: datetime) -> Column:
     return (F.col(col) >= _instant(start)) & (F.col(col) < _instant(end))
 
 
-def utc_date(ts: Column) -> Column:
-    """The UTC calendar date of a timestamp, independent of ``spark.sql.session.timeZone``."""
-    return F.date_from_unix_date(F.floor(F.unix_seconds(ts) / F.lit(_SECONDS_PER_DAY)).cast("int"))
+def utc_date(column: str) -> Column:
+    """The UTC calendar date of timestamp column ``column``, independent of ``spark.sql.session.timeZone``."""
+    return F.expr(utc_date_sql(column))
+
+
+def _exprs(rules: Mapping[str, str]) -> list[Column]:
+    """The rules of :mod:`spark_jobs.gold.rules` as columns (the speed views use the same SQL)."""
+    return [F.expr(sql).alias(name) for name, sql in rules.items()]
 
 
 def _line_amount() -> Column:
@@ -82,8 +92,7 @@ def fct_orders(orders: DataFrame, items: DataFrame, dim_customers: DataFrame, st
     placed = orders.where(_interval("placed_at", start, end)).select(
         "order_id", "customer_id", "status", "currency", "total", "placed_at")
     lines = (items.join(placed.select("order_id"), "order_id", "left_semi").groupBy("order_id")
-             .agg(F.count(F.lit(1)).alias("_item_count"), F.sum("quantity").alias("_units"),
-                  F.sum(_line_amount()).alias("_items_amount")))
+             .agg(*_exprs(ORDER_LINES), F.sum(_line_amount()).alias("_items_amount")))
     dim = dim_customers.where(~F.col("is_deleted")).select(
         F.col("customer_id").alias("_d_customer_id"), "customer_key", F.col("valid_from").alias("_d_from"),
         F.col("valid_to").alias("_d_to"))
@@ -93,14 +102,13 @@ def fct_orders(orders: DataFrame, items: DataFrame, dim_customers: DataFrame, st
     with_customer = (placed.join(dim, in_version, "left")
                      .withColumn("_pick", F.row_number().over(pick)).where(F.col("_pick") == 1))
     joined = with_customer.join(lines, "order_id", "left")
+    facts = dict(zip(ORDER_FACTS, _exprs(ORDER_FACTS), strict=True))
     return joined.select(
         F.col("order_id").cast("bigint"), F.col("customer_id").cast("bigint"),
         F.col("customer_key").cast("bigint"), F.col("status").cast("string"), F.col("currency").cast("string"),
-        F.col("total").cast(MONEY),
-        F.coalesce(F.col("_item_count"), F.lit(0)).cast("bigint").alias("item_count"),
-        F.coalesce(F.col("_units"), F.lit(0)).cast("bigint").alias("units"),
+        facts["total"], facts["item_count"], facts["units"],
         F.coalesce(F.col("_items_amount"), F.lit(0)).cast(MONEY).alias("items_amount"),
-        F.col("placed_at").cast("timestamp"), utc_date(F.col("placed_at")).alias("order_date"),
+        F.col("placed_at").cast("timestamp"), facts["order_date"],
     )
 
 
@@ -116,24 +124,8 @@ def fct_daily_sales(fct_orders: DataFrame) -> DataFrame:
     paid + shipped orders); ``customers`` bigint (distinct ``customer_id``
     over all orders).
     """
-    paid = F.col("status").isin(*PAID_STATUSES)
-    zero = F.lit(0).cast(DAILY_MONEY)
-    return (fct_orders.groupBy("order_date", "currency").agg(
-        F.count(F.lit(1)).cast("bigint").alias("orders"),
-        F.count_if(paid).cast("bigint").alias("paid_orders"),
-        F.coalesce(F.sum(F.when(paid, F.col("total"))), zero).cast(DAILY_MONEY).alias("revenue"),
-        F.coalesce(F.sum(F.when(F.col("status") == REFUNDED, F.col("total"))), zero).cast(DAILY_MONEY)
-        .alias("refunded_amount"),
-        F.count_if(F.col("status") == CANCELLED).cast("bigint").alias("cancelled_orders"),
-        F.coalesce(F.sum(F.when(paid, F.col("units"))), F.lit(0)).cast("bigint").alias("units"),
-        F.countDistinct("customer_id").cast("bigint").alias("customers"),
-    ).select(F.col("order_date").cast("date"), F.col("currency").cast("string"), "orders", "paid_orders", "revenue",
-             "refunded_amount", "cancelled_orders", "units", "customers"))
-
-
-def _ratio(numerator: str, denominator: str) -> Column:
-    return F.when(F.col(denominator) == 0, F.lit(None).cast("double")).otherwise(
-        F.col(numerator).cast("double") / F.col(denominator).cast("double"))
+    return (fct_orders.groupBy("order_date", "currency").agg(*_exprs(DAILY_SALES))
+            .select(F.col("order_date").cast("date"), F.col("currency").cast("string"), *DAILY_SALES))
 
 
 def fct_daily_funnel(events: DataFrame, start: datetime, end: datetime) -> DataFrame:
@@ -152,23 +144,6 @@ def fct_daily_funnel(events: DataFrame, start: datetime, end: datetime) -> DataF
     bigint; ``view_to_cart``, ``cart_to_checkout``, ``checkout_to_purchase``,
     ``view_to_purchase`` double (sessions ratio, NULL when the denominator is 0).
     """
-    view, cart, checkout, purchase = FUNNEL_STEPS
-
-    def sessions(event_type: str) -> Column:
-        return F.countDistinct(F.when(F.col("event_type") == event_type, F.col("session_id")))
-
     daily = (events.where(_interval("event_time", start, end))
-             .groupBy(utc_date(F.col("event_time")).alias("event_date")).agg(
-                 sessions(view).cast("bigint").alias("sessions_viewed"),
-                 sessions(cart).cast("bigint").alias("sessions_carted"),
-                 sessions(checkout).cast("bigint").alias("sessions_checked_out"),
-                 sessions(purchase).cast("bigint").alias("sessions_purchased"),
-                 F.countDistinct(F.when(F.col("event_type") == purchase, F.col("event_id"))).cast("bigint")
-                 .alias("purchases")))
-    return daily.select(
-        "event_date", "sessions_viewed", "sessions_carted", "sessions_checked_out", "sessions_purchased", "purchases",
-        _ratio("sessions_carted", "sessions_viewed").alias("view_to_cart"),
-        _ratio("sessions_checked_out", "sessions_carted").alias("cart_to_checkout"),
-        _ratio("sessions_purchased", "sessions_checked_out").alias("checkout_to_purchase"),
-        _ratio("sessions_purchased", "sessions_viewed").alias("view_to_purchase"),
-    )
+             .groupBy(utc_date("event_time").alias("event_date")).agg(*_exprs(DAILY_FUNNEL_COUNTS)))
+    return daily.select("event_date", *DAILY_FUNNEL_COUNTS, *_exprs(DAILY_FUNNEL_RATIOS))

@@ -188,10 +188,11 @@ def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
         stamp.write_text(version)
 
 
-#: One slot per gold table: two DAG runs (scheduled or backfill) never write the same Delta table at once
-#: (Delta on S3 without a DynamoDB log store: one writer per table, DESIGN.md).
-GOLD_POOLS = {f"gold_{t}": f"one writer at a time for gold.{t}"
-              for t in ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")}
+#: One slot per table the gold DAG writes: two DAG runs (scheduled or backfill) never write the same Delta table
+#: at once (Delta on S3 without a DynamoDB log store: one writer per table, DESIGN.md).
+GOLD_POOLS = {**{f"gold_{t}": f"one writer at a time for gold.{t}"
+                 for t in ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")},
+              "ops_serving_watermark": "one writer at a time for ops.serving_watermark"}
 
 
 def ensure_pools(home: Path, env: dict[str, str]) -> None:
@@ -207,6 +208,15 @@ def ensure_pools(home: Path, env: dict[str, str]) -> None:
     (home / ".pools-imported").write_text("ok")
 
 
+
+
+def ensure_serving_views(settings: Settings) -> None:
+    """The serving database, ``ops.serving_watermark`` and the serving views, on the Spark Connect server (idempotent;
+    a view whose gold or silver sources do not exist yet is reported and created by a later run)."""
+    from spark_jobs.serving.views import bootstrap as create_serving
+
+    log.info("  serving views (Spark Connect)")
+    create_serving(settings)
 
 
 # ---------------------------------------------------------------- Data Docs

@@ -372,6 +372,8 @@ def services(settings: Settings) -> list[Service]:
         probe=health.spark_connect,
         start_timeout=180,
         port_settings=("spark_connect_port", "spark_connect_driver_port", "spark_connect_block_manager_port"),
+        # The serving database, watermark table and views (those whose sources exist), also on a running server.
+        after_start=bootstrap.ensure_serving_views,
         hint="the Spark Connect server needs PostgreSQL's metastore database and MinIO",
     )
     # The data-quality report: serves the GX Data Docs site and renders the pages validation tasks queue

@@ -80,7 +80,7 @@ def test_gold_dag_has_real_intervals_pools_assets_and_order(dagbag: Any) -> None
     info = core.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 20, 5, tz="UTC"))
     assert (info.start, info.end) == (datetime(2026, 11, 19, tzinfo=UTC), datetime(2026, 11, 20, tzinfo=UTC))
     tables = ["dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel"]
-    assert sorted(dag.task_ids) == sorted(tables)
+    assert sorted(dag.task_ids) == sorted([*tables, "serving_watermark"])
     for t in tables:
         task = dag.get_task(t)
         assert task.pool == f"gold_{t}", "one writer per gold table: its own 1-slot pool"
@@ -88,6 +88,33 @@ def test_gold_dag_has_real_intervals_pools_assets_and_order(dagbag: Any) -> None
     assert dag.get_task("fct_orders").upstream_task_ids == {"dim_customers", "dim_products"}
     assert dag.get_task("fct_daily_sales").upstream_task_ids == {"fct_orders"}
     assert dag.catchup is False and dag.max_active_runs >= 1
+
+
+def test_gold_dag_moves_the_serving_watermark_last_and_emits_the_serving_assets(dagbag: Any) -> None:
+    dag = dagbag.dags["lake_gold_daily"]
+    task = dag.get_task("serving_watermark")
+    # After every gold task of the run (their gates passed, their rows committed), never beside them.
+    assert task.upstream_task_ids == {"dim_customers", "dim_products", "fct_orders", "fct_daily_sales",
+                                      "fct_daily_funnel"}
+    assert task.downstream_task_ids == set()
+    assert task.trigger_rule == "all_success"
+    assert task.pool == "ops_serving_watermark", "one writer of ops.serving_watermark: its own 1-slot pool"
+    assert [(o.name, o.uri) for o in task.outlets] == [("serving.daily_sales", "lakestream://serving/daily_sales"),
+                                                      ("serving.daily_funnel", "lakestream://serving/daily_funnel")]
+    assert task.retries >= 2
+    assert dag.params["serving_backfill"] is False, "moving the watermark back must be asked for"
+
+
+def test_serving_assets_name_the_serving_views() -> None:
+    import importlib.util
+
+    from spark_jobs.serving.views import VIEWS
+
+    spec = importlib.util.spec_from_file_location("lake_gold_daily_module", DAGS_DIR / "lake_gold_daily.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert sorted(a.name for a in module.SERVING_ASSETS.values()) == sorted(v.name for v in VIEWS)
 
 
 def test_gold_pools_created_by_the_stack_match_the_dag(dagbag: Any) -> None:

@@ -140,10 +140,11 @@ def test_every_table_the_code_writes_is_in_the_registry_once() -> None:
     from spark_jobs.hot.events import HOT_VIEWS
     from spark_jobs.jobs import gold, smoke
     from spark_jobs.quality.store import RESULTS_TABLE, quarantine_table
+    from spark_jobs.serving.watermark import WATERMARK_TABLE
     from spark_jobs.streaming import cdc, events, hot
 
     written = {events.BRONZE, events.SILVER, events.QUARANTINE, events.LEDGER, hot.HOT_LEDGER, cdc.QUARANTINE,
-               RESULTS_TABLE,
+               RESULTS_TABLE, WATERMARK_TABLE,
                smoke.TABLE, *(v.table for v in HOT_VIEWS), *(f"gold.{s}" for s in gold.STEPS),
                *(n for c in CDC_TABLES.values() for n in (c.bronze, c.silver, c.deleted))}
     assert written == set(TABLES), (sorted(written - set(TABLES)), sorted(set(TABLES) - written))
