@@ -39,15 +39,26 @@ def _spark_rpc_request(body: bytes) -> bytes:
 
 
 def _answers_unauthenticated_rpc(host: str, port: int) -> bool:
-    """True when the port replies to an RPC sent without Spark's auth handshake (it must close instead)."""
+    """True when the port handles an RPC sent without Spark's auth handshake. A server with spark.authenticate
+    either closes the connection or fails the request in its auth challenge (an RpcFailure, type 5, saying it
+    expected a SASL/auth message) before any handler sees it; a server without it hands the request to its RPC
+    handler, whose reply (a response, or a failure from decoding the request) names no auth challenge."""
     with socket.create_connection((host, port), timeout=10) as sock:
         sock.sendall(_spark_rpc_request(b"\x00" * 16))
+        reply = b""
         try:
-            reply = sock.recv(64)
+            while len(reply) < 4096:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
         except (ConnectionResetError, TimeoutError):
-            return False
-        # An RpcFailure (type 5) is an answer from an unauthenticated server; a closed socket is a refusal.
-        return bool(reply)
+            pass
+    if not reply:
+        return False
+    refused_in_auth = reply[8:9] == b"\x05" and (b"Expected SaslMessage" in reply or b"AuthMessage" in reply
+                                                  or b"doAuthChallenge" in reply)
+    return not refused_in_auth
 
 
 def test_no_listener_serves_the_catalog_to_a_raw_thrift_client(listeners: list[Listener]) -> None:
