@@ -46,6 +46,10 @@ __all__ = ["cdc_history", "fill_toast", "history_columns"]
 _S = StringType()
 
 
+#: Epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z: the range of Spark's timestamps.
+MIN_TS_MS, MAX_TS_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
 def _strings(names: list[str]) -> StructType:
     return StructType([StructField(n, _S) for n in names])
 
@@ -127,6 +131,9 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
     change = F.coalesce(sequence.getItem(1).try_cast("bigint"), lsn)
     snapshot = (op == "r") | (source["snapshot"].isNotNull() & (F.lower(source["snapshot"]) != "false"))
     ts_ms = F.coalesce(source["ts_ms"].try_cast("bigint"), F.col("_p.ts_ms").try_cast("bigint"))
+    # A time outside Spark's timestamps (years 1-9999) makes the record unreadable, as in the streaming parse
+    # (quarantined there): converting it would overflow and fail the whole history read.
+    ts_in_range = ts_ms.between(MIN_TS_MS, MAX_TS_MS)
 
     wires = {f.name: (F.coalesce(image[f.name], F.col("_k")[f.name]) if f.name in contract.keys else image[f.name])
              for f in contract.schema.fields}
@@ -136,7 +143,8 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
         *[w.alias("_w_" + n) for n, w in wires.items()],
         F.when(snapshot, F.lit(SNAPSHOT_RANK)).otherwise(F.lit(STREAM_RANK)).cast("int").alias("_snapshot_rank"),
         commit.alias("_commit_lsn"), change.alias("_change_lsn"),
-        F.timestamp_millis(ts_ms).alias("_source_ts"), "_kp", "_ko",
+        F.when(ts_in_range, F.timestamp_millis(ts_ms)).alias("_source_ts"),
+        (ts_ms.isNull() | ts_in_range).alias("_ts_ok"), "_kp", "_ko",
     )
     typed = parsed.select(
         "*", *[F.col("_w_" + f.name).try_cast(f.dataType).alias(f.name) for f in contract.schema.fields])
@@ -144,7 +152,7 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
     castable = [F.col("_w_" + f.name).isNull() | F.col(f.name).isNotNull() for f in contract.schema.fields]
     keyed = [F.col(k).isNotNull() for k in contract.keys]
     ok = F.col("op").isin(*ROW_OPS) & F.col("_has_image") & F.col("_commit_lsn").isNotNull() \
-        & F.col("_change_lsn").isNotNull()
+        & F.col("_change_lsn").isNotNull() & F.col("_ts_ok")
     for cond in [*castable, *keyed]:
         ok = ok & cond
     good = typed.where(ok)

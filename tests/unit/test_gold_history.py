@@ -99,10 +99,14 @@ def test_tombstone_and_unparseable_records_are_skipped(spark: Any) -> None:
     no_position["source"].pop("sequence")
     no_position["source"]["lsn"] = None
     bad_type = payload("c", 400, 410, after={**customer(3, "d@x"), "updated_at": "yesterday"})
+    # A forged commit time past Spark's timestamps (fits a bigint; milliseconds -> microseconds overflows): the
+    # stream quarantines it, the history skips it instead of failing the whole read (seen: "long overflow").
+    far = payload("c", 500, 510, after=customer(4, "e@x"), ts_ms=9_000_000_000_000_000)
     out = cdc_history(bronze(spark, [
         ({"customer_id": 1}, good), ({"customer_id": 1}, None), (None, b"{not json"), (None, b"[1, 2]"),
         ({"customer_id": 9}, truncate), ({"customer_id": 2}, no_position), ({"customer_id": 3}, bad_type),
         (None, envelope(None)),  # type: ignore[arg-type]
+        ({"customer_id": 4}, far),
     ]), CUSTOMERS)
     assertDataFrameEqual(out, expect(spark, [cust_row("c", 1, "a@x", 100, 110)]))
 
