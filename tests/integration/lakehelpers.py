@@ -207,12 +207,13 @@ def write_history(days: int, *, orders_per_day: int, events_per_day: int, seeds:
     pytest.fail(f"no free history seed in {seeds.start}..{seeds.stop - 1}")
 
 
-def gold_backfill(settings: Settings, days: list[date], reprocess: str) -> dict[str, str]:
-    """A backfill of ``lake_gold_daily`` over ``days`` through the REST API; waits for it, returns {day: state}."""
+def gold_backfill(settings: Settings, days: list[date], reprocess: str, timeout: float = 2400) -> dict[str, str]:
+    """A backfill of ``lake_gold_daily`` over ``days`` through the REST API; waits for it (at most ``timeout``
+    seconds), returns {day: state}."""
     from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 
     client = AirflowClient(settings)
     client.wait_for_dag(GOLD_DAG)
     client.unpause(GOLD_DAG)
     bf = client.backfill(GOLD_DAG, days[0], days[-1], reprocess=reprocess)
-    return client.wait_backfill(GOLD_DAG, int(bf["id"]), days, timeout=2400)
+    return client.wait_backfill(GOLD_DAG, int(bf["id"]), days, timeout=timeout)
