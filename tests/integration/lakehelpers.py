@@ -217,3 +217,29 @@ def gold_backfill(settings: Settings, days: list[date], reprocess: str, timeout:
     client.unpause(GOLD_DAG)
     bf = client.backfill(GOLD_DAG, days[0], days[-1], reprocess=reprocess)
     return client.wait_backfill(GOLD_DAG, int(bf["id"]), days, timeout=timeout)
+
+
+_CONNECT: list[Any] = []
+
+
+def connect_sql(query: str) -> list[dict[str, Any]]:
+    """A query through the stack's Spark Connect server (one session per pytest process, no JVM start per query)."""
+    from spark_jobs.session import connect_session
+    from spark_jobs.settings import load_settings
+
+    if not _CONNECT:
+        _CONNECT.append(connect_session(load_settings()))
+    return [r.asDict() for r in _CONNECT[0].sql(query).collect()]
+
+
+def close_connect_session() -> None:
+    """pyspark marks the whole process as Spark Connect (``SPARK_CONNECT_MODE_ENABLED``) once a Connect session
+    exists, and every later classic session of this pytest process then fails with CONNECT_URL_NOT_SET: stop the
+    session and clear the mark (a module fixture calls this when the module is done)."""
+    import os
+
+    for session in _CONNECT:
+        session.stop()
+    _CONNECT.clear()
+    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+        os.environ.pop(name, None)

@@ -18,6 +18,8 @@ from spark_jobs.settings import Settings
 from tests.integration.lakehelpers import (
     SALES_SQL,
     beeline,
+    close_connect_session,
+    connect_sql,
     gold_backfill,
     lake_sql,
     shop_cursor,
@@ -30,32 +32,13 @@ DAYS = 7
 FACTS = {"fct_orders": "order_date", "fct_daily_sales": "order_date", "fct_daily_funnel": "event_date"}
 
 
-_SESSION: list[Any] = []
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _connect_session_is_closed_after_this_module() -> Iterator[None]:
-    """pyspark marks the whole process as Spark Connect (``SPARK_CONNECT_MODE_ENABLED``) once a Connect session
-    exists, and every later classic session of this pytest process (the unit tests, ``airflow dags test``)
-    then fails with CONNECT_URL_NOT_SET: stop the session and clear the mark when this module is done."""
-    import os
-
     yield
-    for session in _SESSION:
-        session.stop()
-    _SESSION.clear()
-    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
-        os.environ.pop(name, None)
+    close_connect_session()
 
 
-def _sql(query: str) -> list[dict[str, Any]]:
-    """A query through the stack's Spark Connect server (a client like any other; no JVM start per query)."""
-    from spark_jobs.session import connect_session
-    from spark_jobs.settings import load_settings
-
-    if not _SESSION:
-        _SESSION.append(connect_session(load_settings()))
-    return [r.asDict() for r in _SESSION[0].sql(query).collect()]
+_sql = connect_sql
 
 
 def _days() -> list[date]:

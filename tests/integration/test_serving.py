@@ -20,6 +20,8 @@ from spark_jobs.settings import Settings
 from tests.integration.lakehelpers import (
     SALES_SQL,
     beeline,
+    close_connect_session,
+    connect_sql,
     gold_backfill,
     lake_sql,
     load_in_background,
@@ -33,30 +35,13 @@ from tests.integration.lakehelpers import (
 DAYS = 3
 RUN_TIMEOUT_S = 1200
 
-_SESSION: list[Any] = []
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _connect_session_is_closed_after_this_module() -> Iterator[None]:
-    """A Connect session marks the pytest process as Spark Connect (SPARK_CONNECT_MODE_ENABLED): stop it and clear
-    the mark when this module is done, so later classic sessions work (as in test_gold.py)."""
-    import os
-
     yield
-    for session in _SESSION:
-        session.stop()
-    _SESSION.clear()
-    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
-        os.environ.pop(name, None)
+    close_connect_session()
 
 
-def _sql(query: str) -> list[dict[str, Any]]:
-    from spark_jobs.session import connect_session
-    from spark_jobs.settings import load_settings
-
-    if not _SESSION:
-        _SESSION.append(connect_session(load_settings()))
-    return [r.asDict() for r in _SESSION[0].sql(query).collect()]
+_sql = connect_sql
 
 
 def _today() -> date:
