@@ -58,7 +58,9 @@ public final class LakeAnalystGuard extends AbstractFunction1<SparkSessionExtens
         extensions.injectCheckRule(new AbstractFunction1<org.apache.spark.sql.SparkSession, Function1<LogicalPlan, BoxedUnit>>() {
             @Override
             public Function1<LogicalPlan, BoxedUnit> apply(org.apache.spark.sql.SparkSession session) {
-                return new Check();
+                // The prefix comes from the application's conf (spark-defaults), read once: a view is analysed under
+                // the conf captured when it was created (spark.sql.* keys only), where SQLConf.get() has no prefix.
+                return new Check(session.sparkContext().getConf().get(PREFIX_CONF, ""));
             }
         });
         return BoxedUnit.UNIT;
@@ -70,9 +72,14 @@ public final class LakeAnalystGuard extends AbstractFunction1<SparkSessionExtens
     }
 
     static final class Check extends AbstractFunction1<LogicalPlan, BoxedUnit> {
+        private final String prefix;
+
+        Check(String prefix) {
+            this.prefix = prefix;
+        }
+
         @Override
         public BoxedUnit apply(LogicalPlan plan) {
-            String prefix = org.apache.spark.sql.internal.SQLConf.get().getConfString(PREFIX_CONF, "");
             plan.foreachWithSubqueries(new AbstractFunction1<LogicalPlan, BoxedUnit>() {
                 @Override
                 public BoxedUnit apply(LogicalPlan node) {

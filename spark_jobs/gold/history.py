@@ -127,8 +127,9 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
     source = F.col("_p.source")
     sequence = F.from_json(source["sequence"], ArrayType(_S))
     lsn = source["lsn"].try_cast("bigint")
-    commit = F.coalesce(sequence.getItem(0).try_cast("bigint"), lsn)
-    change = F.coalesce(sequence.getItem(1).try_cast("bigint"), lsn)
+    # F.get: NULL past the array's end (getItem fails under ANSI on a forged "sequence": "[]").
+    commit = F.coalesce(F.get(sequence, 0).try_cast("bigint"), lsn)
+    change = F.coalesce(F.get(sequence, 1).try_cast("bigint"), lsn)
     snapshot = (op == "r") | (source["snapshot"].isNotNull() & (F.lower(source["snapshot"]) != "false"))
     ts_ms = F.coalesce(source["ts_ms"].try_cast("bigint"), F.col("_p.ts_ms").try_cast("bigint"))
     # A time outside Spark's timestamps (years 1-9999) makes the record unreadable, as in the streaming parse

@@ -44,8 +44,14 @@ def _connect_session_is_closed_after_this_module() -> Iterator[None]:
 _sql = connect_sql
 
 
+_TODAY: list[date] = []
+
+
 def _today() -> date:
-    return datetime.now(UTC).date()
+    """The day the module's load ran (fixed once: a run across midnight must not move "today")."""
+    if not _TODAY:
+        _TODAY.append(datetime.now(UTC).date())
+    return _TODAY[0]
 
 
 def _days() -> list[date]:
@@ -105,6 +111,7 @@ def _gold_run(settings: Settings, conf: dict[str, Any]) -> str:
 def served(stack: Settings) -> Iterator[Settings]:
     """History for the last DAYS days, a live CDC load today, the stream caught up, gold built for the history's
     days through Airflow (which moves the watermark); nothing changes the shop after this."""
+    _TODAY[:] = [datetime.now(UTC).date()]
     start_streaming()
     write_history(DAYS, orders_per_day=80, events_per_day=800, seeds=range(301, 330))
     load_in_background(stack, seed=66, seconds=20, rate=100).join()
