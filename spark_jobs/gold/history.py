@@ -104,7 +104,7 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
     """Bronze rows of ``contract``'s topic -> one row per distinct change, typed.
 
     In: bronze rows (``key`` binary, ``value`` binary, ``partition`` int,
-    ``offset`` long; other columns ignored). Grain out: one row per (key,
+    ``offset`` long, ``kafka_timestamp`` timestamp; other columns ignored). Grain out: one row per (key,
     position); a change re-sent by Connect (same key, same position) appears
     once (its lowest Kafka partition/offset copy).
 
@@ -112,8 +112,9 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
     ``contract.schema`` with its type (numbers read as text, then cast; the
     row image is ``after`` for c/u/r and ``before`` for d); ``_snapshot_rank``
     int; ``_commit_lsn`` bigint; ``_change_lsn`` bigint; ``_source_ts``
-    timestamp (``source.ts_ms``, else the payload's ``ts_ms``; for lineage
-    only, never for ordering). Not ordered.
+    timestamp (``source.ts_ms``, else the payload's ``ts_ms``, else the
+    record's Kafka timestamp; for lineage and as the fallback ``valid_from``,
+    never for ordering). Not ordered.
     """
     names = contract.schema.names
     payload = F.from_json(_unwrap(F.col("value").cast("string")), _payload_schema(names))
@@ -121,7 +122,7 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
 
     staged = (bronze.where(F.col("value").isNotNull())
               .select(payload.alias("_p"), key_doc.alias("_k"), F.col("partition").alias("_kp"),
-                      F.col("offset").alias("_ko")))
+                      F.col("offset").alias("_ko"), F.col("kafka_timestamp").alias("_kt")))
     op = F.col("_p.op")
     image = F.when(op == "d", F.col("_p.before")).otherwise(F.col("_p.after"))
     source = F.col("_p.source")
@@ -144,7 +145,9 @@ def cdc_history(bronze: DataFrame, contract: CdcTable) -> DataFrame:
         *[w.alias("_w_" + n) for n, w in wires.items()],
         F.when(snapshot, F.lit(SNAPSHOT_RANK)).otherwise(F.lit(STREAM_RANK)).cast("int").alias("_snapshot_rank"),
         commit.alias("_commit_lsn"), change.alias("_change_lsn"),
-        F.when(ts_in_range, F.timestamp_millis(ts_ms)).alias("_source_ts"),
+        # Debezium always sends source.ts_ms; a record without one (forged) is dated by Kafka, so every version
+        # has a valid_from (a NULL one fails gold's block rule: forged input must not stop the gold DAG).
+        F.coalesce(F.when(ts_in_range, F.timestamp_millis(ts_ms)), F.col("_kt")).alias("_source_ts"),
         (ts_ms.isNull() | ts_in_range).alias("_ts_ok"), "_kp", "_ko",
     )
     typed = parsed.select(

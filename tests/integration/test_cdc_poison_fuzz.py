@@ -98,8 +98,8 @@ def _micros(value: Any) -> Any:
 
 
 # After every other test: its records stay in bronze (the archive keeps every record, quarantined ones too), and
-# the gold DAG's CDC history over them fails today ("long overflow" in lake_gold_daily dim_customers: a known
-# bug, README Known limits), which would fail the gold, DQ and serving tests that come after it in file order.
+# their business times contradict their source order, so gold's DQ gate blocks dim_customers from then on
+# (valid_to_after_valid_from: README Known limits), which would fail the gold, DQ and serving tests after it.
 @pytest.mark.runs_last
 def test_fuzzed_poison_is_quarantined_good_records_applied_and_the_stream_keeps_running(cdc: Settings) -> None:
     before = supervisor.program_info(cdc, "stream") or {}
