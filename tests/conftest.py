@@ -23,6 +23,27 @@ def _delta_jars() -> str:
     return ",".join(jars)
 
 
+def _stream_jar() -> str:
+    """The streaming app's operators (``infra/stream``, :func:`spark_jobs.stack.tools.compile_java`), compiled once
+    per source version into the temp dir (the events plans de-duplicate with ``LakeDedup``)."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    from spark_jobs.stack.tools import STREAM_JAR, STREAM_SOURCES, compile_java
+
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in STREAM_SOURCES)).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"lakestream-test-java-{digest}"
+    if not (out / STREAM_JAR).is_file():
+        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+        compile_java(STREAM_SOURCES, tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # compiled concurrently
+            pass
+    return str(out / STREAM_JAR)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark with Delta for unit tests (no catalog, no lake: local paths only)."""
@@ -36,7 +57,7 @@ def spark() -> Iterator[Any]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("lakestream-unit")
-        .config("spark.jars", _delta_jars())
+        .config("spark.jars", f"{_delta_jars()},{_stream_jar()}")
         .config(map=conf)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")

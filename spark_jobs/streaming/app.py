@@ -68,13 +68,18 @@ def query_names(settings: Settings) -> list[str]:
 
 
 def _run(settings: Settings) -> int:
+    from spark_jobs.jars import spark_extra_jars
     from spark_jobs.session import build_session
     from spark_jobs.stack.services import stream_ports_conf
+    from spark_jobs.stack.tools import build_java_classes, stream_jar
     from spark_jobs.streaming import cdc, events, hot
     from spark_jobs.streaming.engine import stream_conf
 
+    build_java_classes(settings)  # done by `lake stack up`; a check here (the jar holds the events' dedup operator)
     spark = build_session(settings, "lake-stream", extra={
         **stream_conf(settings),
+        # The lake's jars (as in spark-defaults.conf) and ours: executors need LakeDedup (events_plan.first_seen).
+        "spark.jars": ",".join([*map(str, spark_extra_jars(settings)), str(stream_jar(settings))]),
         # The supervised app's RPC and block manager on ports from the settings (a `lake stream run` beside
         # it, e.g. another query, takes random ones on LAKE_HOST like any ad hoc driver).
         **stream_ports_conf(settings, os.environ),

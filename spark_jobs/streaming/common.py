@@ -211,10 +211,10 @@ def batch_offsets(spark: SparkSession, checkpoint: str, batch_id: int, topic: st
     from the query's own offset log: what Spark itself committed to read, at the cost of two small reads by the
     driver instead of a second scan of the Kafka range. The start is the previous batch's end (or the source's
     initial offsets for a query's first batch); a partition the batch does not read is left out."""
-    end = _offset_json(_read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id}"), topic)
-    previous = _read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id - 1}") if batch_id > 0 else None
+    end = _offset_json(read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id}"), topic)
+    previous = read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id - 1}") if batch_id > 0 else None
     if previous is None:
-        previous = _read_checkpoint_file(spark, f"{checkpoint}/sources/0/0")
+        previous = read_checkpoint_file(spark, f"{checkpoint}/sources/0/0")
     start = _offset_json(previous, topic)
     out = {}
     for partition, until in end.items():
@@ -224,7 +224,7 @@ def batch_offsets(spark: SparkSession, checkpoint: str, batch_id: int, topic: st
     return out
 
 
-def _read_checkpoint_file(spark: SparkSession, path: str) -> str | None:
+def read_checkpoint_file(spark: SparkSession, path: str) -> str | None:
     """A small checkpoint file's text (Hadoop FS, the checkpoint's own store), None if absent."""
     jvm = spark._jvm
     assert jvm is not None
@@ -235,6 +235,19 @@ def _read_checkpoint_file(spark: SparkSession, path: str) -> str | None:
     stream = fs.open(hpath)
     try:
         return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def write_checkpoint_file(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file next to a query's checkpoint (Hadoop FS, the checkpoint's own store)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())
+    stream = fs.create(hpath, True)
+    try:
+        stream.write(bytearray(text.encode()))
     finally:
         stream.close()
 

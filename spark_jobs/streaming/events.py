@@ -89,6 +89,10 @@ STATE_STORE_CONF = {
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # transformWithState in processing time (events_plan.first_seen) asks for another batch after every batch
+    # (Spark 4.1 TransformWithStateExecBase.shouldRunAnotherBatch): without this an idle query runs an empty batch
+    # per trigger. Expired ids are evicted by the next batch with data instead.
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
 }
 #: File under ``<run dir>/failpoints/`` that holds a batch after its count, before its appends (tests only:
 #: the crash test kills the driver there, see ``_hold_if_asked``).
@@ -332,12 +336,33 @@ def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Ca
     # State store partitions (fixed in the checkpoint at its first batch: LAKE_EVENTS_STATE_PARTITIONS); each is
     # a RocksDB instance opened, committed and uploaded per batch.
     query_conf = {**STATE_STORE_CONF, "spark.sql.shuffle.partitions": str(settings.events_state_partitions)}
+    require_plan(spark, checkpoint_location(settings, query), query)
     return start_with_query_conf(spark, query_conf, pool, lambda: (
         plan(source, settings.events_watermark_minutes).writeStream.queryName(query)
         .foreachBatch(process)
         .option("checkpointLocation", checkpoint_location(settings, query))
         .trigger(processingTime=f"{trigger_seconds} seconds")
         .start()))
+
+
+def require_plan(spark: SparkSession, checkpoint: str, query: str) -> None:
+    """Refuse a checkpoint that another plan's stateful operator wrote (Spark cannot resume it: the query would
+    fail on every restart); stamp a new checkpoint with :data:`~.events_plan.PLAN_VERSION`."""
+    from spark_jobs.streaming.common import read_checkpoint_file, write_checkpoint_file
+    from spark_jobs.streaming.events_plan import PLAN_VERSION
+
+    marker = f"{checkpoint}/lake-plan"
+    found = read_checkpoint_file(spark, marker)
+    if found is not None and found.strip() == PLAN_VERSION:
+        return
+    if found is not None or read_checkpoint_file(spark, f"{checkpoint}/offsets/0") is not None:
+        older = (found or "dropDuplicatesWithinWatermark").strip()
+        raise RuntimeError(
+            f"{query}: its checkpoint {checkpoint} was written by an older plan ({older}) whose state this "
+            f"version cannot resume (now: {PLAN_VERSION}). There is no "
+            "in-place upgrade before 1.0: `lake stack clean --yes` (or `make clean FORCE=1`), then `make up` "
+            "(README, Upgrading).")
+    write_checkpoint_file(spark, marker, PLAN_VERSION + "\n")
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:

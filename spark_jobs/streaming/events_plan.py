@@ -9,15 +9,12 @@ One streaming query, one Kafka read per micro-batch shared by two branches:
   what bronze keeps and what the ledger counts;
 * *checked*: the contract applied on the executors
   (:func:`spark_jobs.silver.events.check_events`, ``mapInArrow``), then
-  de-duplicated by ``event_id`` in Spark's state store
-  (``dropDuplicatesWithinWatermark``, RocksDB provider) with a watermark on
-  the batch's ingest time: a re-send is dropped if it arrives within
-  ``LAKE_EVENTS_WATERMARK_MINUTES`` of the first copy, and the state forgets
-  ids after that, so it holds rate x horizon ids at most and survives restarts
-  with the checkpoint (:func:`dedup_delay`: the operator keeps an id for twice
-  its watermark delay, so the delay is half the horizon). Rejects pass through (their key is
-  their Kafka coordinates). The ingest time never falls behind its own
-  watermark, so the operator drops no record as "late".
+  de-duplicated by ``event_id`` in Spark's state store (:func:`first_seen`,
+  RocksDB provider): a re-send is dropped if it arrives within
+  ``LAKE_EVENTS_WATERMARK_MINUTES`` of the first copy (processing time), and
+  the state forgets an id after that, so it holds rate x horizon ids at most
+  and survives restarts with the checkpoint. Rejects pass through (their key is
+  their Kafka coordinates).
 """
 
 from __future__ import annotations
@@ -29,14 +26,27 @@ from spark_jobs.silver.events import check_events
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-def dedup_delay(horizon_minutes: int) -> str:
-    """Watermark delay of the de-duplication for a horizon: ``dropDuplicatesWithinWatermark`` keeps an id until
-    the watermark (newest ingest time - delay) passes its expiry (first ingest time + delay), i.e. for twice the
-    delay, and drops every re-send until then. Half the horizon holds the guarantee ("a re-send within the
-    horizon is dropped") with half the ids a delay of the whole horizon held; Spark's eviction scans every id
-    held on every batch, so the state's size is the events queries' main fixed cost per batch
-    (docs/benchmarks.md)."""
-    return f"{horizon_minutes * 30} seconds"
+#: What the events queries' checkpoints were built with (:func:`spark_jobs.streaming.events.start_on_topic`
+#: refuses a checkpoint of another plan: Spark cannot resume a different stateful operator's state).
+PLAN_VERSION = "first_seen/transformWithState-ttl/1"
+
+
+def first_seen(frame: DataFrame, key: str, horizon_minutes: int) -> DataFrame:
+    """``frame``'s rows, the first of each ``key`` (a string column) within ``horizon_minutes``: later copies
+    within the horizon after the first are dropped, the id is forgotten after it (processing time).
+
+    Spark's ``dropDuplicatesWithinWatermark`` gives the same, but evicts by scanning every id it holds on every
+    micro-batch (seconds per batch at rate x horizon ids, whatever the batch's size: docs/benchmarks.md). This is
+    ``transformWithState`` with a per-id ``ValueState`` whose TTL is the horizon (``infra/stream/LakeDedup.java``,
+    in ``lake-stream.jar``): Spark expires it through its TTL index, so a batch pays only for the ids that expire.
+    Needs the RocksDB state store provider and the jar on the session (the streaming app ships it).
+    """
+    from pyspark.sql import DataFrame as _DataFrame
+
+    session = frame.sparkSession
+    jvm = session._jvm
+    assert jvm is not None
+    return _DataFrame(jvm.LakeDedup.apply(frame._jdf, key, horizon_minutes * 60_000), session)
 
 
 #: ``_kind`` of a row: the Kafka record as received (bronze, the ledger) or after the contract check.
@@ -63,10 +73,8 @@ def events_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
                .withColumn("value", F.when(rejected, F.col("value")))
                .withColumn("_kind", F.lit(CHECKED))
                .withColumn("_dedup_key", F.coalesce(F.col("_event_id"),
-                                                    F.format_string("#%d/%d", F.col("partition"), F.col("offset"))))
-               .withWatermark("_ingest_time", dedup_delay(watermark_minutes))
-               .dropDuplicatesWithinWatermark(["_dedup_key"])
-               .drop("_dedup_key"))
+                                                    F.format_string("#%d/%d", F.col("partition"), F.col("offset")))))
+    checked = first_seen(checked, "_dedup_key", watermark_minutes).drop("_dedup_key")
     return raw.unionByName(checked, allowMissingColumns=True)
 
 
@@ -100,12 +108,11 @@ def hot_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
 
     stamped = source.withColumnRenamed("timestamp", "kafka_timestamp").withColumn(
         "_ingest_time", F.current_timestamp())
-    return (check_events(stamped, keep=["_ingest_time"], columns=HOT_CHECK_COLUMNS)
-            .where(F.col("_reason").isNull())
-            .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "kafka_timestamp",
-                    "_ingest_time", late_flag(watermark_minutes).alias("_late"))
-            .withWatermark("_ingest_time", dedup_delay(watermark_minutes))
-            .dropDuplicatesWithinWatermark(["_event_id"]))
+    valid = (check_events(stamped, keep=["_ingest_time"], columns=HOT_CHECK_COLUMNS)
+             .where(F.col("_reason").isNull())
+             .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "kafka_timestamp",
+                     "_ingest_time", late_flag(watermark_minutes).alias("_late")))
+    return first_seen(valid, "_event_id", watermark_minutes)
 
 
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:

@@ -173,3 +173,52 @@ def test_batch_offsets_come_from_the_query_s_offset_log(tmp_path: Path) -> None:
     assert _offset_json('\x00v1\n{"events.clickstream":{"0":0}}', "events.clickstream") == {0: 0}
     assert _offset_json(log, "other") == {}
     assert _offset_json(None, "events.clickstream") == {}
+
+
+def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark: Any, tmp_path: Path) -> None:
+    """LakeDedup (events_plan.first_seen's operator) with a 2-second horizon: a re-send in a later batch within it
+    is dropped, one after it passes again; copies inside one batch give one row."""
+    import time
+
+    from pyspark.sql import DataFrame
+
+    previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
+    for key, value in STATE_STORE_CONF.items():
+        spark.conf.set(key, value)
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    seen: list[str] = []
+    source = spark.readStream.schema("id string").option("maxFilesPerTrigger", 1).json(str(inbox))
+    deduped = DataFrame(spark._jvm.LakeDedup.apply(source._jdf, "id", 2_000), spark)
+    query = (deduped.writeStream.foreachBatch(lambda f, _b: seen.extend(r.id for r in f.collect()))
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        for n, (ids, pause) in enumerate([(["a", "a", "b"], 0.0), (["a", "c"], 0.0), (["a", "b"], 3.0)]):
+            time.sleep(pause)
+            (inbox / f"b{n}.json").write_text("".join(f'{{"id": "{i}"}}\n' for i in ids))
+            query.processAllAvailable()
+    finally:
+        query.stop()
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+    assert seen == ["a", "b", "c", "a", "b"] or sorted(seen) == ["a", "a", "b", "b", "c"], seen
+    assert seen.count("c") == 1 and seen[:2] in (["a", "b"], ["b", "a"]), seen
+
+
+def test_an_events_checkpoint_of_another_plan_is_refused_with_the_fix(spark: Any, tmp_path: Path) -> None:
+    from spark_jobs.streaming.events import require_plan
+    from spark_jobs.streaming.events_plan import PLAN_VERSION
+
+    fresh = tmp_path / "fresh"
+    require_plan(spark, str(fresh), "lake_events_hot")
+    assert (fresh / "lake-plan").read_text().strip() == PLAN_VERSION
+    require_plan(spark, str(fresh), "lake_events_hot")  # its own stamp: fine
+    old = tmp_path / "old"
+    (old / "offsets").mkdir(parents=True)
+    (old / "offsets" / "0").write_text("v1\n{}\n")
+    with pytest.raises(RuntimeError, match=r"older plan \(dropDuplicatesWithinWatermark\).*lake stack clean"):
+        require_plan(spark, str(old), "lake_events_hot")
+    assert not (old / "lake-plan").exists()
