@@ -17,7 +17,6 @@
 
 import java.time.Duration;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -58,8 +57,9 @@ public final class LakeDedup extends StatefulProcessor<String, Row, Row> {
 
     /** {@code frame}'s rows, the first of each {@code keyColumn} value (a string) within {@code horizonMs}. */
     public static Dataset<Row> apply(Dataset<Row> frame, String keyColumn, long horizonMs) {
-        final int index = frame.schema().fieldIndex(keyColumn);
-        return frame.groupByKey((MapFunction<Row, String>) r -> r.getString(index), Encoders.STRING())
+        // groupBy(column).as(...): the key is the column itself, so no row is turned into a Java object to find
+        // its key (groupByKey(function) would); the handler reads only the first row of a key.
+        return frame.groupBy(frame.col(keyColumn)).as(Encoders.STRING(), Encoders.row(frame.schema()))
                 .transformWithState(new LakeDedup(horizonMs), TimeMode.ProcessingTime(), OutputMode.Append(),
                         Encoders.row(frame.schema()));
     }
