@@ -239,7 +239,7 @@ class Replayer:
         self.say = say
         self.run_name = run
         self.clock = clock
-        self._events_point: Offsets = {}
+        self.events_point: Offsets = {}
 
     # -- replay ----------------------------------------------------------------------------------------------
 
@@ -250,7 +250,7 @@ class Replayer:
         reports = {t.live: TargetReport(t) for t in targets}
         report.targets = list(reports.values())
         events_point = self._build_events(until) if needs_events(targets) else None
-        self._events_point = events_point[0] if events_point else {}
+        self.events_point = events_point[0] if events_point else {}
         for i, t in enumerate(targets, 1):
             self.say(f"replay {i}/{len(targets)}: building {t.shadow} from {t.bronze}")
             if t.kind == CDC:
@@ -259,7 +259,7 @@ class Replayer:
                 assert events_point is not None
                 reports[t.live].point, reports[t.live].counts = events_point
             else:
-                self._build_hot(t, reports[t.live], self._events_point)
+                self._build_hot(t, reports[t.live], self.events_point)
         if not self._gate_and_diff(report, targets):
             report.status = "blocked"
             return report
@@ -389,7 +389,7 @@ class Replayer:
         if needs_events(targets):
             bronze = self.lake.read("bronze.events__clickstream")
             archived = offsets_at(bronze)
-            tail = bronze.where(in_range(self._events_point, archived))
+            tail = bronze.where(in_range(self.events_point, archived))
             first = tail.agg(F.min("ingest_time")).first()
             added = 0
             if first is not None and first[0] is not None:

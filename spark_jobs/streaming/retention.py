@@ -11,7 +11,10 @@ partition of each input topic this measures:
   An estimate (records assumed of equal size), and only where the broker's log dir is readable (the local stack).
 
 Kafka deletes a whole segment once its newest record is past retention, so a record goes no sooner than the
-fraction reaches 1: the measure errs on the early side. "Processed" is :func:`control.processed_offsets`: for
+fraction reaches 1: the measure errs on the early side. The CDC topics are log-compacted (:func:`limits`): their
+deadline is ``min.compaction.lag.ms``, after which a change superseded by a newer record of its key may be
+compacted away before bronze archived it (the stream would skip its offset: README, Replay (Kappa)).
+"Processed" is :func:`control.processed_offsets`: for
 the events topic the lower of the archive's and the hot query's offsets.
 """
 
@@ -39,6 +42,9 @@ class PartitionRetention:
     retention_ms: int
     bytes_behind: int | None
     retention_bytes: int
+    #: What ``retention_ms`` is: the topic's ``retention.ms`` (deleted past it), or ``min.compaction.lag.ms`` for a
+    #: compacted CDC topic (a superseded change may be compacted away past it).
+    limit: str = "retention.ms"
 
     @property
     def name(self) -> str:
@@ -64,7 +70,7 @@ class PartitionRetention:
 
 def partition_retention(topic: str, partition: int, *, processed: int, low: int, high: int,
                         oldest_timestamp_ms: int | None, now_ms: int, retention_ms: int, retention_bytes: int,
-                        log_bytes: int | None) -> PartitionRetention:
+                        log_bytes: int | None, limit: str = "retention.ms") -> PartitionRetention:
     """One partition's figures from fed-in numbers (all offsets as Kafka counts them).
 
     ``processed``: the last offset the app processed (-1: none or unknown); ``low``/``high``: the partition's log start and
@@ -83,7 +89,7 @@ def partition_retention(topic: str, partition: int, *, processed: int, low: int,
     if log_bytes is not None:
         held = high - low
         bytes_behind = round(log_bytes * behind / held) if held > 0 else 0
-    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes)
+    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes, limit)
 
 
 def _gib(n: float) -> str:
@@ -97,7 +103,7 @@ def _hours(seconds: float) -> str:
 def _describe(p: PartitionRetention) -> str:
     parts = []
     if p.time_fraction is not None and p.age_s is not None:
-        parts.append(f"oldest unprocessed record {_hours(p.age_s)} old of retention.ms "
+        parts.append(f"oldest unprocessed record {_hours(p.age_s)} old of {p.limit} "
                      f"{_hours(p.retention_ms / 1000)} ({p.time_fraction:.1%})")
     if p.bytes_fraction is not None and p.bytes_behind is not None:
         parts.append(f"~{_gib(p.bytes_behind)} behind of retention.bytes {_gib(p.retention_bytes)} "
@@ -109,10 +115,12 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
            fail_fraction: float) -> tuple[list[str], list[str]]:
     """``(failures, warnings)``, one line per partition: records already lost or a fraction at or past
     ``fail_fraction`` fail; at or past ``warn_fraction`` warn."""
-    fix = "let the stream catch up (`lake stream start`) or raise LAKE_KAFKA_*_RETENTION_* (README, Retention)"
     failures: list[str] = []
     warnings: list[str] = []
     for p in partitions:
+        raise_what = ("LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))" if p.limit ==
+                      "min.compaction.lag.ms" else "LAKE_KAFKA_*_RETENTION_* (README, Retention)")
+        fix = f"let the stream catch up (`lake stream start`) or raise {raise_what}"
         if p.lost:
             failures.append(f"{p.name}: Kafka already deleted {p.lost} record(s) the streaming app never archived "
                             "(the app fails at start with failOnDataLoss; README, Retention, says how to recover)")
@@ -191,10 +199,26 @@ def measure(settings: Settings, topics: Iterable[str] | None = None, processed: 
     log_dir = settings.data_dir / "kafka"
     out = []
     for (topic, pid), (low, high) in sorted(marks.items()):
-        conf = configs[topic]
+        limit, retention_ms, retention_bytes = limits(configs[topic])
         out.append(partition_retention(
             topic, pid, processed=int(done.get(f"{topic}:{pid}", -1)), low=low, high=high,
-            oldest_timestamp_ms=stamps.get((topic, pid)), now_ms=now_ms,
-            retention_ms=int(conf.get("retention.ms", "-1")), retention_bytes=int(conf.get("retention.bytes", "-1")),
-            log_bytes=log_bytes(log_dir, topic, pid)))
+            oldest_timestamp_ms=stamps.get((topic, pid)), now_ms=now_ms, retention_ms=retention_ms,
+            retention_bytes=retention_bytes, log_bytes=log_bytes(log_dir, topic, pid), limit=limit))
     return out
+
+
+def limits(conf: Mapping[str, str]) -> tuple[str, int, int]:
+    """``(name, ms, bytes)`` of the limit an unprocessed record of a topic with settings ``conf`` must stay within.
+
+    A deleting topic: ``retention.ms`` / ``retention.bytes``. A compacted-only topic (the CDC topics) deletes nothing
+    by age or size, but compaction may remove a change once a newer record of its key exists and it is older than
+    ``min.compaction.lag.ms``: that is the deadline (bytes: none). With ``compact,delete`` the earlier of both.
+    """
+    policy = {p.strip() for p in conf.get("cleanup.policy", "delete").split(",")}
+    retention_ms, retention_bytes = int(conf.get("retention.ms", "-1")), int(conf.get("retention.bytes", "-1"))
+    if "compact" not in policy:
+        return "retention.ms", retention_ms, retention_bytes
+    lag = int(conf.get("min.compaction.lag.ms", "0"))
+    if "delete" in policy and 0 < retention_ms < lag:
+        return "retention.ms", retention_ms, retention_bytes
+    return "min.compaction.lag.ms", lag if lag > 0 else -1, retention_bytes if "delete" in policy else -1

@@ -96,3 +96,24 @@ def test_log_bytes_sums_segments(tmp_path: Path) -> None:
     (d / "00000000000000000000.index").write_bytes(b"x" * 1000)
     assert log_bytes(tmp_path, "events.clickstream", 2) == 15
     assert log_bytes(tmp_path, "events.clickstream", 7) == 0  # glob of a missing dir: nothing
+
+
+def test_a_compacted_cdc_topic_is_measured_against_its_compaction_lag() -> None:
+    from spark_jobs.streaming.retention import limits
+
+    compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(2 * DAY_MS), "retention.ms": str(7 * DAY_MS),
+                 "retention.bytes": str(GIB)}
+    assert limits(compacted) == ("min.compaction.lag.ms", 2 * DAY_MS, -1)  # compaction deletes nothing by size
+    assert limits({"cleanup.policy": "delete", "retention.ms": "5", "retention.bytes": "7"}) == ("retention.ms", 5, 7)
+    assert limits({**compacted, "cleanup.policy": "compact,delete", "retention.ms": str(DAY_MS)}) == (
+        "retention.ms", DAY_MS, GIB)
+    name, ms, size = limits(compacted)
+    p = partition_retention("shop.public.orders", 1, processed=9, low=0, high=20,
+                            oldest_timestamp_ms=NOW_MS - int(1.2 * DAY_MS), now_ms=NOW_MS, retention_ms=ms,
+                            retention_bytes=size, log_bytes=GIB, limit=name)
+    assert p.time_fraction == pytest.approx(0.6) and p.bytes_fraction is None
+    failures, warnings = assess([p], warn_fraction=0.5, fail_fraction=0.8)
+    assert failures == []
+    assert warnings and warnings[0].startswith("shop.public.orders:1: 10 record(s) not archived, oldest unprocessed "
+                                               "record 28.8 h old of min.compaction.lag.ms 48.0 h (60.0%)")
+    assert warnings[0].endswith("raise LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))")
