@@ -192,6 +192,13 @@ def test_dry_run_builds_the_shadow_and_diffs_without_switching(world: World) -> 
     assert world.lake.version("silver.orders") == live_version  # nothing switched
     assert world.stream.calls == [] and world.locks == []  # the stream was not touched
 
+    # A second replay starts from an empty shadow: nothing of the first one's rows survives (a stale row at the same
+    # source position would survive a MERGE, which only takes newer changes).
+    world.spark.sql(f"UPDATE delta.`{world.location('replay.silver__orders')}` SET status = 'stale' WHERE id = 3")
+    world.replayer().replay([CDC_TARGET], dry_run=True)
+    assert sorted(tuple(r) for r in world.read("replay.silver__orders").select(
+        "id", "status", "_op", "_commit_lsn").collect()) == RIGHT
+
 
 def test_switch_is_one_commit_with_the_stream_stopped_and_locked_then_rollback_restores(world: World) -> None:
     _damaged(world)
@@ -398,3 +405,54 @@ def test_offset_gaps_name_the_hole_and_the_keys_recorded_after_it(world: World) 
     assert (gap.partition, gap.first, gap.last) == (0, 1, 2)
     assert gap.key_count == 2 and gap.keys == sorted({rows[3]["key"].decode(), rows[4]["key"].decode()})
     assert "partition 0 offsets 1-2 (2 record(s)) were never archived" in gap.line()
+
+
+def test_events_and_hot_switch_with_the_bronze_tail_and_the_hot_query_s_kafka_tail(world: World) -> None:
+    from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
+
+    _events_bronze(world)  # offsets 0-4
+    events_rows(world.read("bronze.events__clickstream").limit(0), 10).write.format("delta").save(
+        world.location(EVENTS_SILVER))
+    world.spark.createDataFrame([], hot_schema(SALES_PER_MINUTE)).write.format("delta").save(
+        world.location(SALES_PER_MINUTE.table))
+    ledger = StructType([StructField("batch_id", LongType()),
+                         StructField("offsets", MapType(StringType(), StringType()))])
+
+    def ledgers(events: list[tuple[int, dict[str, str]]], hot: list[tuple[int, dict[str, str]]]) -> None:
+        for name, rows in (("ops.stream_events_ledger", events), ("ops.stream_hot_ledger", hot)):
+            world.spark.createDataFrame(rows, ledger).write.format("delta").mode("overwrite").save(
+                world.location(name))
+
+    ledgers([(7, {"0": "0-4"})], [(20, {"0": "0-4"})])
+    late = T0 + timedelta(minutes=21)  # archived 21 min in (ingest time), received by Kafka 1 min in (on time)
+    received = T0 + timedelta(minutes=1)
+    d_record = _ev("00000000-0000-4000-8000-00000000000d", "purchase", 1)
+    asked: list[tuple[str, dict[int, int], dict[int, int]]] = []
+
+    def kafka(topic: str, after: dict[int, int], upto: dict[int, int]) -> Any:
+        asked.append((topic, after, upto))
+        return world.spark.createDataFrame([(d_record[0], d_record[1], topic, 0, 7, received)],
+                                           "key binary, value binary, topic string, partition int, offset long, "
+                                           "kafka_timestamp timestamp")
+
+    def meanwhile(_report: ReplayReport) -> bool:
+        # While the user reads the diff, the archive query lands offsets 5-6 (a re-send of A one minute after the
+        # copy kept at offset 4: dropped; a new purchase C) and the hot query has counted offset 7 too.
+        world.bronze("bronze.events__clickstream", "events.clickstream", [_ev(A), _ev(C, "purchase", 2)],
+                     kafka_ts=received, ingest=late)
+        ledgers([(7, {"0": "0-4"}), (8, {"0": "5-6"})], [(20, {"0": "0-4"}), (21, {"0": "5-7"})])
+        return True
+
+    report = world.replayer(kafka=kafka).replay([EVENTS_TARGET, SALES_TARGET], confirm=meanwhile)
+    assert report.status == "switched"
+    got = sorted((r["_offset"], r["event_id"], r["_batch_id"]) for r in world.read(EVENTS_SILVER).collect())
+    assert got == [(0, A, 7), (1, B, 7), (4, A, 7), (6, C, 8)]
+    assert asked == [("events.clickstream", {0: 6}, {0: 7})]  # only what bronze lacks
+    hot = [(r["window_start"], r["orders"], r["revenue"], r["_last_batch"])
+           for r in world.read(SALES_PER_MINUTE.table).orderBy("window_start").collect()]
+    # 04:51: B and D (from Kafka); 04:52: C; A's page views count no order (the 04:50 window, the late copy).
+    assert hot == [(datetime(2026, 11, 22, 4, 50), 0, Decimal("0.00"), 21),
+                   (datetime(2026, 11, 22, 4, 51), 2, Decimal("79.96"), 21),
+                   (datetime(2026, 11, 22, 4, 52), 1, Decimal("39.98"), 21)]
+    switched = {r["table_name"]: json.loads(r["offsets"]) for r in world.read("ops.replays").collect()}
+    assert switched == {EVENTS_SILVER: {"0": 6}, SALES_PER_MINUTE.table: {"0": 7}}
