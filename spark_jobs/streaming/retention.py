@@ -45,6 +45,18 @@ class PartitionRetention:
     #: What ``retention_ms`` is: the topic's ``retention.ms`` (deleted past it), or ``min.compaction.lag.ms`` for a
     #: compacted CDC topic (a superseded change may be compacted away past it).
     limit: str = "retention.ms"
+    #: Compacted topics: the offset up to which Kafka's log cleaner has compacted the partition (its
+    #: ``cleaner-offset-checkpoint``; None: not compacted yet, or unknown).
+    cleaned: int | None = None
+    processed: int = -1
+
+    @property
+    def compacted_unread(self) -> int:
+        """Offsets the app has not archived that the cleaner has already compacted (superseded changes there may
+        be gone: the stream will skip them, README, Replay (Kappa))."""
+        if self.cleaned is None or self.processed < 0 or not self.behind:
+            return 0
+        return max(0, self.cleaned - (self.processed + 1))
 
     @property
     def name(self) -> str:
@@ -70,7 +82,8 @@ class PartitionRetention:
 
 def partition_retention(topic: str, partition: int, *, processed: int, low: int, high: int,
                         oldest_timestamp_ms: int | None, now_ms: int, retention_ms: int, retention_bytes: int,
-                        log_bytes: int | None, limit: str = "retention.ms") -> PartitionRetention:
+                        log_bytes: int | None, limit: str = "retention.ms",
+                        cleaned: int | None = None) -> PartitionRetention:
     """One partition's figures from fed-in numbers (all offsets as Kafka counts them).
 
     ``processed``: the last offset the app processed (-1: none or unknown); ``low``/``high``: the partition's log start and
@@ -89,7 +102,8 @@ def partition_retention(topic: str, partition: int, *, processed: int, low: int,
     if log_bytes is not None:
         held = high - low
         bytes_behind = round(log_bytes * behind / held) if held > 0 else 0
-    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes, limit)
+    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes, limit,
+                              cleaned, processed)
 
 
 def _gib(n: float) -> str:
@@ -121,7 +135,14 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
         raise_what = ("LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))" if p.limit ==
                       "min.compaction.lag.ms" else "LAKE_KAFKA_*_RETENTION_* (README, Retention)")
         fix = f"let the stream catch up (`lake stream start`) or raise {raise_what}"
-        if p.lost:
+        if p.compacted_unread:
+            failures.append(
+                f"{p.name}: Kafka's log cleaner already compacted offsets {p.processed + 1}-{(p.cleaned or 0) - 1}, "
+                "which the streaming app has not archived: superseded changes there may be gone from Kafka and will "
+                "be missing from bronze (silver stays right; the SCD2 history loses those versions). Let the stream "
+                "catch up (`lake stream start`), then `lake replay gaps` names the keys; raise "
+                "LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS above the longest outage (README, Replay (Kappa))")
+        elif p.lost:
             failures.append(f"{p.name}: Kafka already deleted {p.lost} record(s) the streaming app never archived "
                             "(the app fails at start with failOnDataLoss; README, Retention, says how to recover)")
         elif p.behind and p.fraction >= fail_fraction:
@@ -129,6 +150,22 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
         elif p.behind and p.fraction >= warn_fraction:
             warnings.append(f"{_describe(p)}; past LAKE_RETENTION_WARN_FRACTION={warn_fraction}: {fix}")
     return failures, warnings
+
+
+def cleaned_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
+    """Kafka's ``cleaner-offset-checkpoint`` in the broker's log dir: per compacted partition, the offset up to which
+    the log cleaner has compacted it (a version line, a count line, then ``<topic> <partition> <offset>`` lines).
+    Empty where the file is missing or not readable (the local stack's broker writes it)."""
+    try:
+        lines = (log_dir / "cleaner-offset-checkpoint").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
+            out[(parts[0], int(parts[1]))] = int(parts[2])
+    return out
 
 
 def log_bytes(log_dir: Path, topic: str, partition: int) -> int | None:
@@ -197,13 +234,15 @@ def measure(settings: Settings, topics: Iterable[str] | None = None, processed: 
     stamps = _oldest_timestamps(settings, starts, timeout)
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     log_dir = settings.data_dir / "kafka"
+    cleaned = cleaned_offsets(log_dir)
     out = []
     for (topic, pid), (low, high) in sorted(marks.items()):
         limit, retention_ms, retention_bytes = limits(configs[topic])
         out.append(partition_retention(
             topic, pid, processed=int(done.get(f"{topic}:{pid}", -1)), low=low, high=high,
             oldest_timestamp_ms=stamps.get((topic, pid)), now_ms=now_ms, retention_ms=retention_ms,
-            retention_bytes=retention_bytes, log_bytes=log_bytes(log_dir, topic, pid), limit=limit))
+            retention_bytes=retention_bytes, log_bytes=log_bytes(log_dir, topic, pid), limit=limit,
+            cleaned=cleaned.get((topic, pid))))
     return out
 
 

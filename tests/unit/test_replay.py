@@ -456,3 +456,25 @@ def test_events_and_hot_switch_with_the_bronze_tail_and_the_hot_query_s_kafka_ta
                    (datetime(2026, 11, 22, 4, 52), 1, Decimal("39.98"), 21)]
     switched = {r["table_name"]: json.loads(r["offsets"]) for r in world.read("ops.replays").collect()}
     assert switched == {EVENTS_SILVER: {"0": 6}, SALES_PER_MINUTE.table: {"0": 7}}
+
+
+def test_the_gate_runs_the_live_table_s_suite_on_the_shadow(spark: Any, tmp_path: Path) -> None:
+    """The production gate (spark_jobs.replay.jobs.dq_gate) with the real expectations/silver.products.yml: a
+    duplicated key in the shadow fails its block rule, a clean shadow passes (warnings only)."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+    from spark_jobs.contracts.shop import PRODUCTS
+    from spark_jobs.replay.jobs import dq_gate
+    from spark_jobs.settings import load_settings
+
+    schema = StructType([*PRODUCTS.schema.fields, StructField("_op", StringType()),
+                         StructField("_snapshot_rank", IntegerType()), StructField("_commit_lsn", LongType()),
+                         StructField("_change_lsn", LongType()), StructField("_source_ts", TimestampType()),
+                         StructField("_extra", StringType())])
+    row = (10, "SKU-10", "Mug", "a mug", Decimal("18.90"), "{}", True, INGEST, "r", 0, 1, 1, INGEST, None)
+    gate = dq_gate(spark, load_settings({"LAKE_STATE_DIR": str(tmp_path)}, dotenv=False), "unit")
+    target = TARGETS["silver.products"]
+    blocked, summary = gate(target, spark.createDataFrame([row], schema), {})
+    assert not blocked and summary.startswith("DQ silver.products"), summary
+    blocked, summary = gate(target, spark.createDataFrame([row, row], schema), {})
+    assert blocked and "FAILED [block] product_id_unique" in summary, summary
