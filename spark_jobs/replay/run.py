@@ -463,7 +463,6 @@ class Replayer:
         """Each live table (and CDC delete markers) overwritten from its shadow in one commit; ops.replays rows."""
         now = self.clock()
         until = now + timedelta(hours=self.config.rollback_hours)
-        entries = []
         for rep in report.targets:
             t = rep.target
             pairs = [(t.live, t.shadow)] + ([(t.companion, t.companion_shadow)] if t.companion and
@@ -474,13 +473,13 @@ class Replayer:
                 self.lake.switch(live, rows, f"lake replay {report.replay_id}: {live} rebuilt from {t.bronze} up to "
                                              f"offsets {offsets_to_json(rep.point)} (shadow {shadow})")
                 after = self.lake.version(live)
-                entries.append(Entry(report.replay_id, live, SWITCH, shadow, before, after,
-                                     offsets_to_json(rep.point), self.lake.output_rows(live), now, until,
-                                     self.run_name, None))
+                # Recorded as soon as it is switched: a switch that fails later leaves this table rollback-able.
+                self.lake.append_history([Entry(report.replay_id, live, SWITCH, shadow, before, after,
+                                                offsets_to_json(rep.point), self.lake.output_rows(live), now, until,
+                                                self.run_name, None)])
                 if live == t.live:
                     rep.version_before, rep.version_after = before, after
                 self.say(f"replay: switched {live}: version {before} -> {after}")
-        self.lake.append_history(entries)
 
     # -- rollback ----------------------------------------------------------------------------------------------
 
@@ -504,22 +503,29 @@ class Replayer:
                 found.append(entry)
             plans.append((t, found))
         lines: list[str] = []
-        entries: list[Entry] = []
         with self._stream_stopped(targets):
             for t, found in sorted(plans, key=lambda p: [CDC, EVENTS, HOT].index(p[0].kind)):
+                # Every table of the target first (CDC: silver and its delete markers), then what the stream wrote
+                # since the switch, once: the re-applied MERGE appends markers to the restored marker table.
+                was: dict[str, int | None] = {}
                 for entry in found:
-                    now_version = self.lake.version(entry.table_name)
+                    was[entry.table_name] = self.lake.version(entry.table_name)
                     assert entry.version_before is not None
                     self.say(f"replay rollback: RESTORE {entry.table_name} to version {entry.version_before}")
                     self.lake.restore(entry.table_name, entry.version_before)
-                    reapplied = self._since_switch(t, entry, now_version) if entry.table_name == t.live else 0
+                reapplied = self._since_switch(t, found[0], was[t.live])
+                done: list[Entry] = []
+                for entry in found:
                     after = self.lake.version(entry.table_name)
-                    entries.append(Entry(entry.replay_id, entry.table_name, ROLLBACK, entry.shadow, now_version,
-                                         after, entry.offsets, reapplied, self.clock(), None, self.run_name,
-                                         f"restored version {entry.version_before}"))
-                    lines.append(f"{entry.table_name}: restored version {entry.version_before} (was {now_version}, "
-                                 f"now {after}); {reapplied} record(s) the stream wrote since the switch re-applied")
-        self.lake.append_history(entries)
+                    mine = reapplied if entry.table_name == t.live else 0
+                    done.append(Entry(entry.replay_id, entry.table_name, ROLLBACK, entry.shadow,
+                                      was[entry.table_name], after, entry.offsets, mine, self.clock(), None,
+                                      self.run_name, f"restored version {entry.version_before}"))
+                    lines.append(f"{entry.table_name}: restored version {entry.version_before} (was "
+                                 f"{was[entry.table_name]}, now {after}); {mine} record(s) the stream wrote since the "
+                                 "switch re-applied")
+                # Recorded per target as it is done: a rollback that fails later leaves this one on record.
+                self.lake.append_history(done)
         return lines
 
     def _since_switch(self, t: ReplayTarget, entry: Entry, switched_version: int | None) -> int:
