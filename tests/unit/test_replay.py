@@ -261,12 +261,15 @@ def test_rollback_reapplies_what_the_stream_wrote_after_the_switch(world: World)
     _damaged(world)
     world.replayer().replay([CDC_TARGET], confirm=lambda _r: True)
     world.stream_cdc(world.bronze("bronze.shop__public__orders", TOPIC,
-                                  [change("c", {"id": 5}, after=row(5, "new"), commit=600, lsn=610)]))
+                                  [change("c", {"id": 5}, after=row(5, "new"), commit=600, lsn=610),
+                                   change("d", {"id": 3}, before={"id": 3}, commit=700, lsn=710)]))
     lines = world.replayer().rollback([CDC_TARGET])
-    # The damaged version is back, plus the change the stream applied after the switch.
-    assert _orders(world) == [(1, "bug", "u", 200), (3, "new", "c", 400), (5, "new", "c", 600),
-                              (9, "ghost", "c", 900)]
-    assert "1 record(s)" in lines[0]
+    # The damaged version is back, plus the changes the stream applied after the switch (id 5 created, id 3 deleted),
+    # and the delete's marker is in the restored marker table (restored first, then the changes re-applied).
+    assert _orders(world) == [(1, "bug", "u", 200), (5, "new", "c", 600), (9, "ghost", "c", 900)]
+    assert sorted(tuple(r) for r in world.read("silver.orders__deleted").select("id", "_commit_lsn").collect()) == [
+        (2, 300), (3, 700)]
+    assert "2 record(s)" in lines[0]
 
 
 def test_until_builds_up_to_that_kafka_time_and_the_switch_catches_up(world: World) -> None:
