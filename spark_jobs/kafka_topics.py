@@ -1,4 +1,5 @@
-"""Retention of the lake's Kafka topics: ``events.clickstream`` and the CDC topics (``shop.public.*``).
+"""Retention of the lake's Kafka topics: ``events.clickstream`` (bounded retention) and the CDC topics
+(``shop.public.*``, log-compacted with ``min.compaction.lag.ms`` from the settings).
 
 Bronze is the archive (DESIGN.md: a replay must not depend on Kafka retention), so a topic only has to keep
 what the streaming app has not archived yet: ``retention.ms`` / ``retention.bytes`` come from the settings
@@ -24,17 +25,26 @@ class TopicError(RuntimeError):
 
 
 def events_topic_config(settings: Settings) -> dict[str, str]:
-    return {"retention.ms": str(settings.kafka_events_retention_ms),
+    """The events topic keeps a bounded window (bronze is the archive): deleted past its retention."""
+    return {"cleanup.policy": "delete", "retention.ms": str(settings.kafka_events_retention_ms),
             "retention.bytes": str(settings.kafka_events_retention_bytes)}
 
 
 def cdc_topic_config(settings: Settings) -> dict[str, str]:
-    return {"retention.ms": str(settings.kafka_cdc_retention_ms),
+    """A CDC topic is log-compacted: Kafka keeps the newest record per key (Debezium's tombstones end a deleted key)
+    and bronze keeps every change. ``min.compaction.lag.ms`` keeps a superseded change at least that long, so the
+    streaming app can archive it after an outage shorter than that (README, Replay (Kappa))."""
+    return {"cleanup.policy": "compact", "min.compaction.lag.ms": str(settings.kafka_cdc_min_compaction_lag_ms),
+            "retention.ms": str(settings.kafka_cdc_retention_ms),
             "retention.bytes": str(settings.kafka_cdc_retention_bytes)}
 
 
+#: The topic settings the lake sets and ``lake stack status`` reads.
+MANAGED_KEYS = ("cleanup.policy", "min.compaction.lag.ms", "retention.ms", "retention.bytes")
+
+
 def wanted_configs(settings: Settings) -> dict[str, dict[str, str]]:
-    """Topic -> the retention it must have."""
+    """Topic -> the settings it must have (retention; for CDC topics compaction too)."""
     from spark_jobs.contracts.events import TOPIC
     from spark_jobs.contracts.shop import CDC_TABLES
 
@@ -44,7 +54,8 @@ def wanted_configs(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def topic_configs(settings: Settings, topics: Iterable[str], timeout: float = 15.0) -> dict[str, dict[str, str]]:
-    """Current ``retention.ms`` / ``retention.bytes`` of each of ``topics`` that exists."""
+    """Current :data:`MANAGED_KEYS` settings (retention, cleanup policy, compaction lag) of each of ``topics`` that
+    exists."""
     from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]  # public, not in stubs
 
     admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
@@ -55,7 +66,7 @@ def topic_configs(settings: Settings, topics: Iterable[str], timeout: float = 15
     out = {}
     for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
         entries = fut.result(timeout)
-        out[res.name] = {k: entries[k].value for k in ("retention.ms", "retention.bytes") if k in entries}
+        out[res.name] = {k: entries[k].value for k in MANAGED_KEYS if k in entries}
     return out
 
 
@@ -91,16 +102,17 @@ def ensure_retention(settings: Settings, *, create_events: bool = True, timeout:
                     raise
             existing.add(TOPIC)
         current = topic_configs(settings, [t for t in wanted if t in existing], timeout)
-        changes = {t: cfg for t, cfg in wanted.items() if t in current and current[t] != cfg}
+        changes = {t: cfg for t, cfg in wanted.items()
+                   if t in current and any(current[t].get(k) != v for k, v in cfg.items())}
         if changes:
             resources = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[
                 ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in cfg.items()])
                 for t, cfg in changes.items()]
             for res, fut in admin.incremental_alter_configs(resources, request_timeout=timeout).items():
                 fut.result(timeout)
-                done.append(f"set {res.name} retention.ms={changes[res.name]['retention.ms']} "
-                            f"retention.bytes={changes[res.name]['retention.bytes']} "
-                            f"(was {current[res.name].get('retention.ms')}/{current[res.name].get('retention.bytes')})")
+                done.append(f"set {res.name} " + " ".join(
+                    f"{k}={v} (was {current[res.name].get(k)})" for k, v in changes[res.name].items()
+                    if current[res.name].get(k) != v))
     except KafkaException as exc:
         raise TopicError(f"Kafka at {settings.kafka_bootstrap}: could not create/configure the lake's topics "
                          f"({exc}); is kafka up? (lake stack status)") from exc

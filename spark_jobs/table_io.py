@@ -14,7 +14,7 @@ from spark_jobs.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-LAYERS = ("bronze", "silver", "hot", "gold", "serving", "quarantine", "ops")
+LAYERS = ("bronze", "silver", "hot", "gold", "serving", "quarantine", "ops", "replay")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TABLE = re.compile(r"^[a-z][a-z0-9_]*(__[a-z0-9_]+)*$")
 
@@ -109,3 +109,35 @@ def replace_table(df: DataFrame, settings: Settings, name: str, metadata: str | 
     if metadata is not None:  # the commit's userMetadata (DESCRIBE HISTORY): what the table was built from
         writer = writer.option("userMetadata", metadata)
     writer.saveAsTable(name)
+
+
+def delta_version(spark: SparkSession, location: str) -> int | None:
+    """The latest version of the Delta table at ``location`` (None: no table there). Reads the log, no data."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, location):
+        return None
+    row = DeltaTable.forPath(spark, location).history(1).select("version").first()
+    return None if row is None else int(row[0])
+
+
+def overwrite_location(df: DataFrame, location: str, metadata: str) -> None:
+    """Replace every row of the Delta table at ``location`` with ``df`` in one commit (``userMetadata`` =
+    ``metadata``, shown by ``DESCRIBE HISTORY``): readers see the old or the new version, never a mix. The schema
+    must be the table's (no ``overwriteSchema``)."""
+    df.write.format("delta").mode("overwrite").option("userMetadata", metadata).save(location)
+
+
+def restore_location(spark: SparkSession, location: str, version: int) -> None:
+    """``RESTORE`` the Delta table at ``location`` to ``version`` (one commit; fails, naming Delta's reason, when
+    the version's files were vacuumed)."""
+    quoted = location.replace("`", "``")
+    spark.sql(f"RESTORE TABLE delta.`{quoted}` TO VERSION AS OF {int(version)}")
+
+
+def register_table(spark: SparkSession, settings: Settings, name: str) -> None:
+    """Register the Delta table written at ``name``'s canonical location in the shared catalog (once)."""
+    db, _ = split_table(name)
+    ensure_database(spark, settings, db)
+    location = table_location(settings, name).replace("'", "\\'")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{location}'")

@@ -41,10 +41,23 @@ def settings_cmd(example: bool) -> None:
 
 
 def _register() -> None:
-    from spark_jobs.cli import bench, connectors, dq, gold, job, loadgen, restore, sql, stack, stream, verify
+    from spark_jobs.cli import (
+        bench,
+        connectors,
+        dq,
+        gold,
+        job,
+        loadgen,
+        replay,
+        restore,
+        sql,
+        stack,
+        stream,
+        verify,
+    )
 
     for command in (stack.group, connectors.group, stream.group, loadgen.group, bench.group, gold.group, dq.group,
-                    verify.reconcile, verify.verify, sql.sql, job.group, restore.restore_path):
+                    verify.reconcile, verify.verify, sql.sql, job.group, restore.restore_path, replay.group):
         lake.add_command(command)
 
 

@@ -152,3 +152,21 @@ def dq(day: date | None, tables: list[str], repeat: int) -> int:
 
     with progress.steps("bench dq (suites)", len(tables)) as done:
         return bench(tables, day, repeat, progress=done)
+
+
+@group.command("replay")
+@click.argument("tables", nargs=-1)
+@click.option("--with-dq", is_flag=True, help="time each shadow's suite too")
+def replay(tables: tuple[str, ...], with_dq: bool) -> int:
+    """Records replayed per second from bronze per table (a dry replay: nothing switched), beside the stream's
+    events catch-up rate from its ledger. TABLES default: all."""
+    from spark_jobs.bench_replay import bench_replay
+    from spark_jobs.replay.targets import ReplayTargetError, resolve
+    from spark_jobs.settings import load_settings
+
+    try:
+        targets = resolve(list(tables), everything=not tables)
+    except ReplayTargetError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(json.dumps(bench_replay(load_settings(), targets, with_dq), indent=2, default=str))
+    return 0

@@ -40,6 +40,7 @@ GOLD_DAG = "Airflow lake_gold_daily (Spark Connect server)"
 DQ_GATE = "data-quality gate (Airflow gold and lake_dq_streaming tasks, Spark Connect server)"
 SMOKE = "lake job smoke / Airflow lake_smoke"
 SERVING_DAG = "Airflow lake_gold_daily, task serving_watermark (Spark Connect server)"
+REPLAY = "lake replay / Airflow lake_replay (its own driver; one replay at a time, the stream stopped for a switch)"
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,14 @@ TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
     LakeTable("ops.smoke", "one row per n per smoke run", SMOKE, ("run_id", "n")),
     LakeTable("ops.serving_watermark", "one row per move of the serving layer's batch watermark", SERVING_DAG,
               ("seq",)),
+    LakeTable("ops.replays", "one row per replay switch or rollback of a live table", REPLAY,
+              ("replay_id", "table_name", "action")),
 ]})
 
 #: ``quarantine.dq_<layer>_<table>``: rows a data-quality gate held back, one table per validated table.
 DQ_QUARANTINE_PREFIX = "quarantine.dq_"
+#: ``replay.<db>__<table>``: a replay's shadow of ``<db>.<table>``, laid out as that table (spark_jobs.replay).
+REPLAY_PREFIX = "replay."
 
 
 def lake_table(name: str) -> LakeTable:
@@ -106,5 +111,11 @@ def lake_table(name: str) -> LakeTable:
         return TABLES[name]
     if name.startswith(DQ_QUARANTINE_PREFIX):
         return LakeTable(name, "one row per row a data-quality gate held back", DQ_GATE)
+    if name.startswith(REPLAY_PREFIX) and "__" in name:
+        db, _, table = name.removeprefix(REPLAY_PREFIX).partition("__")
+        live = TABLES.get(f"{db}.{table}")
+        if live is not None:
+            return LakeTable(name, f"{live.grain} (replayed shadow of {live.name})", REPLAY, live.keys,
+                             live.partitioned_by, live.properties)
     raise KeyError(f"{name} is not in the table registry (spark_jobs/contracts/tables.py): declare it there "
                    "with its grain, keys, partitioning, properties and writer")

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     kafka_events_retention_bytes: int = 1073741824
     kafka_cdc_retention_ms: int = 604800000
     kafka_cdc_retention_bytes: int = 1073741824
+    kafka_cdc_min_compaction_lag_ms: int = Field(604800000, gt=0, description=(
+        "The CDC topics are log-compacted (cleanup.policy=compact: Kafka keeps the newest record per key, bronze keeps "
+        "every change; their retention.* above then deletes nothing). Compaction may drop a superseded record once it "
+        "is this old (min.compaction.lag.ms): keep it longer than the longest stream outage the lake tolerates; "
+        "`lake stack status` warns at LAKE_RETENTION_WARN_FRACTION of it (README, Replay (Kappa))"))
     kafka_topic_partitions: int = Field(3, description=(
         "Partitions of events.clickstream and of each CDC topic when it is created (not changed on existing topics: "
         "that would move keys between partitions). Each partition is read as its own Spark task."))
@@ -223,6 +228,14 @@ class Settings(BaseSettings):
         "Partitions of the events query's de-duplication state (one RocksDB instance each). Fixed in the query's "
         "checkpoint at its first batch (Spark keeps it in the offset log): a new value applies only to a new state dir; "
         "on an existing checkpoint Spark keeps the old one."))
+
+    # Replay (spark_jobs.replay, `lake replay`, DAG lake_replay)
+    replay_rollback_hours: float = Field(72, gt=0, description=(
+        "`lake replay rollback TABLE` is offered this long after a switch (recorded in ops.replays); it also needs "
+        "the version's files, which VACUUM keeps for the table's delta.deletedFileRetentionDuration (7 days for "
+        "silver, 1 hour for the hot tables): README, Replay"))
+    replay_diff_sample: int = Field(5, ge=0, description=(
+        "rows per kind (only live, only replayed, changed) the replay's diff prints"))
 
     # Data quality (spark_jobs.quality)
     dq_docs_port: int = Field(18090, description="static HTTP server of the Great Expectations Data Docs (loopback)")

@@ -193,17 +193,20 @@ def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
 GOLD_POOLS = {**{f"gold_{t}": f"one writer at a time for gold.{t}"
                  for t in ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")},
               "ops_serving_watermark": "one writer at a time for ops.serving_watermark"}
+#: Every pool the DAGs use: the gold writers and one replay at a time (lake_replay).
+POOLS = {**GOLD_POOLS, "ops_replay": "one replay at a time (lake_replay writes the shadows, the live tables it "
+                                     "switches and ops.replays)"}
 
 
 def ensure_pools(home: Path, env: dict[str, str]) -> None:
     """Create the writer pools the DAGs use (``airflow pools import``, only when the set changed)."""
     wanted = json.dumps({name: {"slots": 1, "description": desc, "include_deferred": False}
-                         for name, desc in sorted(GOLD_POOLS.items())}, indent=1)
+                         for name, desc in sorted(POOLS.items())}, indent=1)
     path = home / "pools.json"
     if path.exists() and path.read_text() == wanted and (home / ".pools-imported").exists():
         return
     path.write_text(wanted)
-    log.info(f"  creating Airflow pools {', '.join(sorted(GOLD_POOLS))}")
+    log.info(f"  creating Airflow pools {', '.join(sorted(POOLS))}")
     run_tool([str(venv_bin() / "airflow"), "pools", "import", str(path)], "airflow pools import", env=env)
     (home / ".pools-imported").write_text("ok")
 

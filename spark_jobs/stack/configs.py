@@ -33,6 +33,7 @@ def template_values(settings: Settings) -> dict[str, str]:
         "KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "KAFKA_CDC_RETENTION_MS": str(settings.kafka_cdc_retention_ms),
         "KAFKA_CDC_RETENTION_BYTES": str(settings.kafka_cdc_retention_bytes),
+        "KAFKA_CDC_MIN_COMPACTION_LAG_MS": str(settings.kafka_cdc_min_compaction_lag_ms),
         "KAFKA_TOPIC_PARTITIONS": str(settings.kafka_topic_partitions),
         "CONNECT_PORT": str(settings.connect_port),
         "PLUGIN_PATH": str(settings.cache_dir / "jars" / "debezium"),

@@ -484,6 +484,7 @@ def _retention(settings: Settings) -> dict[str, Any]:
     return {"checked": True, "failures": failures, "warnings": warnings,
             "partitions": {p.name: {"behind": p.behind, "lost": p.lost, "age_s": p.age_s, "bytes_behind": p.bytes_behind,
                                     "retention_ms": p.retention_ms, "retention_bytes": p.retention_bytes,
+                                    "limit": p.limit, "compacted_unread": p.compacted_unread,
                                     "fraction": round(p.fraction, 4)} for p in partitions}}
 
 

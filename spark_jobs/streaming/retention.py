@@ -11,7 +11,10 @@ partition of each input topic this measures:
   An estimate (records assumed of equal size), and only where the broker's log dir is readable (the local stack).
 
 Kafka deletes a whole segment once its newest record is past retention, so a record goes no sooner than the
-fraction reaches 1: the measure errs on the early side. "Processed" is :func:`control.processed_offsets`: for
+fraction reaches 1: the measure errs on the early side. The CDC topics are log-compacted (:func:`limits`): their
+deadline is ``min.compaction.lag.ms``, after which a change superseded by a newer record of its key may be
+compacted away before bronze archived it (the stream would skip its offset: README, Replay (Kappa)).
+"Processed" is :func:`control.processed_offsets`: for
 the events topic the lower of the archive's and the hot query's offsets.
 """
 
@@ -39,6 +42,21 @@ class PartitionRetention:
     retention_ms: int
     bytes_behind: int | None
     retention_bytes: int
+    #: What ``retention_ms`` is: the topic's ``retention.ms`` (deleted past it), or ``min.compaction.lag.ms`` for a
+    #: compacted CDC topic (a superseded change may be compacted away past it).
+    limit: str = "retention.ms"
+    #: Compacted topics: the offset up to which Kafka's log cleaner has compacted the partition (its
+    #: ``cleaner-offset-checkpoint``; None: not compacted yet, or unknown).
+    cleaned: int | None = None
+    processed: int = -1
+
+    @property
+    def compacted_unread(self) -> int:
+        """Offsets the app has not archived that the cleaner has already compacted (superseded changes there may
+        be gone: the stream will skip them, README, Replay (Kappa))."""
+        if self.cleaned is None or self.processed < 0 or not self.behind:
+            return 0
+        return max(0, self.cleaned - (self.processed + 1))
 
     @property
     def name(self) -> str:
@@ -64,7 +82,8 @@ class PartitionRetention:
 
 def partition_retention(topic: str, partition: int, *, processed: int, low: int, high: int,
                         oldest_timestamp_ms: int | None, now_ms: int, retention_ms: int, retention_bytes: int,
-                        log_bytes: int | None) -> PartitionRetention:
+                        log_bytes: int | None, limit: str = "retention.ms",
+                        cleaned: int | None = None) -> PartitionRetention:
     """One partition's figures from fed-in numbers (all offsets as Kafka counts them).
 
     ``processed``: the last offset the app processed (-1: none or unknown); ``low``/``high``: the partition's log start and
@@ -83,7 +102,8 @@ def partition_retention(topic: str, partition: int, *, processed: int, low: int,
     if log_bytes is not None:
         held = high - low
         bytes_behind = round(log_bytes * behind / held) if held > 0 else 0
-    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes)
+    return PartitionRetention(topic, partition, behind, lost, age, retention_ms, bytes_behind, retention_bytes, limit,
+                              cleaned, processed)
 
 
 def _gib(n: float) -> str:
@@ -97,7 +117,7 @@ def _hours(seconds: float) -> str:
 def _describe(p: PartitionRetention) -> str:
     parts = []
     if p.time_fraction is not None and p.age_s is not None:
-        parts.append(f"oldest unprocessed record {_hours(p.age_s)} old of retention.ms "
+        parts.append(f"oldest unprocessed record {_hours(p.age_s)} old of {p.limit} "
                      f"{_hours(p.retention_ms / 1000)} ({p.time_fraction:.1%})")
     if p.bytes_fraction is not None and p.bytes_behind is not None:
         parts.append(f"~{_gib(p.bytes_behind)} behind of retention.bytes {_gib(p.retention_bytes)} "
@@ -109,11 +129,20 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
            fail_fraction: float) -> tuple[list[str], list[str]]:
     """``(failures, warnings)``, one line per partition: records already lost or a fraction at or past
     ``fail_fraction`` fail; at or past ``warn_fraction`` warn."""
-    fix = "let the stream catch up (`lake stream start`) or raise LAKE_KAFKA_*_RETENTION_* (README, Retention)"
     failures: list[str] = []
     warnings: list[str] = []
     for p in partitions:
-        if p.lost:
+        raise_what = ("LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))" if p.limit ==
+                      "min.compaction.lag.ms" else "LAKE_KAFKA_*_RETENTION_* (README, Retention)")
+        fix = f"let the stream catch up (`lake stream start`) or raise {raise_what}"
+        if p.compacted_unread:
+            failures.append(
+                f"{p.name}: Kafka's log cleaner already compacted offsets {p.processed + 1}-{(p.cleaned or 0) - 1}, "
+                "which the streaming app has not archived: superseded changes there may be gone from Kafka and will "
+                "be missing from bronze (silver stays right; the SCD2 history loses those versions). Let the stream "
+                "catch up (`lake stream start`), then `lake replay gaps` names the keys; raise "
+                "LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS above the longest outage (README, Replay (Kappa))")
+        elif p.lost:
             failures.append(f"{p.name}: Kafka already deleted {p.lost} record(s) the streaming app never archived "
                             "(the app fails at start with failOnDataLoss; README, Retention, says how to recover)")
         elif p.behind and p.fraction >= fail_fraction:
@@ -121,6 +150,22 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
         elif p.behind and p.fraction >= warn_fraction:
             warnings.append(f"{_describe(p)}; past LAKE_RETENTION_WARN_FRACTION={warn_fraction}: {fix}")
     return failures, warnings
+
+
+def cleaned_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
+    """Kafka's ``cleaner-offset-checkpoint`` in the broker's log dir: per compacted partition, the offset up to which
+    the log cleaner has compacted it (a version line, a count line, then ``<topic> <partition> <offset>`` lines).
+    Empty where the file is missing or not readable (the local stack's broker writes it)."""
+    try:
+        lines = (log_dir / "cleaner-offset-checkpoint").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
+            out[(parts[0], int(parts[1]))] = int(parts[2])
+    return out
 
 
 def log_bytes(log_dir: Path, topic: str, partition: int) -> int | None:
@@ -189,12 +234,30 @@ def measure(settings: Settings, topics: Iterable[str] | None = None, processed: 
     stamps = _oldest_timestamps(settings, starts, timeout)
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     log_dir = settings.data_dir / "kafka"
+    cleaned = cleaned_offsets(log_dir)
     out = []
     for (topic, pid), (low, high) in sorted(marks.items()):
-        conf = configs[topic]
+        limit, retention_ms, retention_bytes = limits(configs[topic])
         out.append(partition_retention(
             topic, pid, processed=int(done.get(f"{topic}:{pid}", -1)), low=low, high=high,
-            oldest_timestamp_ms=stamps.get((topic, pid)), now_ms=now_ms,
-            retention_ms=int(conf.get("retention.ms", "-1")), retention_bytes=int(conf.get("retention.bytes", "-1")),
-            log_bytes=log_bytes(log_dir, topic, pid)))
+            oldest_timestamp_ms=stamps.get((topic, pid)), now_ms=now_ms, retention_ms=retention_ms,
+            retention_bytes=retention_bytes, log_bytes=log_bytes(log_dir, topic, pid), limit=limit,
+            cleaned=cleaned.get((topic, pid))))
     return out
+
+
+def limits(conf: Mapping[str, str]) -> tuple[str, int, int]:
+    """``(name, ms, bytes)`` of the limit an unprocessed record of a topic with settings ``conf`` must stay within.
+
+    A deleting topic: ``retention.ms`` / ``retention.bytes``. A compacted-only topic (the CDC topics) deletes nothing
+    by age or size, but compaction may remove a change once a newer record of its key exists and it is older than
+    ``min.compaction.lag.ms``: that is the deadline (bytes: none). With ``compact,delete`` the earlier of both.
+    """
+    policy = {p.strip() for p in conf.get("cleanup.policy", "delete").split(",")}
+    retention_ms, retention_bytes = int(conf.get("retention.ms", "-1")), int(conf.get("retention.bytes", "-1"))
+    if "compact" not in policy:
+        return "retention.ms", retention_ms, retention_bytes
+    lag = int(conf.get("min.compaction.lag.ms", "0"))
+    if "delete" in policy and 0 < retention_ms < lag:
+        return "retention.ms", retention_ms, retention_bytes
+    return "min.compaction.lag.ms", lag if lag > 0 else -1, retention_bytes if "delete" in policy else -1

@@ -122,3 +122,38 @@ def test_gold_pools_created_by_the_stack_match_the_dag(dagbag: Any) -> None:
 
     used = {t.pool for t in dagbag.dags["lake_gold_daily"].tasks}
     assert used == set(GOLD_POOLS)
+
+
+def test_replay_dag_is_manual_with_params_and_one_run_at_a_time(dagbag: Any) -> None:
+    from airflow.sdk.definitions.timetables.simple import NullTimetable
+
+    from spark_jobs.stack.bootstrap import POOLS
+
+    dag = dagbag.dags["lake_replay"]
+    assert isinstance(dag.timetable, NullTimetable)  # triggered from the UI only
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert set(dag.params) == {"tables", "until", "switch"}
+    assert dag.params["switch"] is False, "a switch must be asked for: the default run is a dry run"
+    (task,) = dag.tasks
+    assert task.pool == "ops_replay" and task.pool in POOLS
+    assert task.application.endswith("spark_jobs/jobs/replay.py")
+    args = " ".join(task.application_args)
+    assert "--tables {{ params.tables | join(',') }}" in args and "--switch {{ params.switch }}" in args
+
+
+def test_replay_job_arguments_parse_as_the_dag_renders_them() -> None:
+    """The rendered args reach the same command as `lake replay` (no Spark: the replay itself is stubbed)."""
+    from unittest import mock
+
+    from spark_jobs.jobs.replay import command
+    from spark_jobs.replay.run import ReplayReport
+
+    with mock.patch("spark_jobs.replay.jobs.replay", return_value=ReplayReport("r", status="blocked")) as replay:
+        rc = command.main(["--tables", "silver.orders,hot.*", "--until", "2026-11-26T18:00:00Z", "--switch", "True",
+                           "--run-id", "manual__1"], standalone_mode=False)
+    assert rc == 1  # blocked: the task fails
+    _settings, targets = replay.call_args.args
+    assert [t.live for t in targets] == ["silver.orders", "hot.sales_per_minute", "hot.active_users_5m",
+                                         "hot.funnel_15m"]
+    assert replay.call_args.kwargs["dry_run"] is False and replay.call_args.kwargs["run"] == "manual__1"
+    assert replay.call_args.kwargs["until"].isoformat() == "2026-11-26T18:00:00+00:00"

@@ -70,6 +70,21 @@ def test_cdc_topics_are_created_with_the_retention_settings(tmp_path: Path) -> N
     assert config["topic.creation.default.retention.bytes"] == "-1"
 
 
+def test_cdc_topics_are_compacted_with_the_lag_of_the_settings(tmp_path: Path) -> None:
+    from spark_jobs.connectors import CONNECTORS_DIR, load_connector
+    from spark_jobs.kafka_topics import wanted_configs
+
+    settings = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS": "3600000"})
+    _name, config = load_connector(CONNECTORS_DIR / "shop-postgres.json", settings)
+    assert config["topic.creation.default.cleanup.policy"] == "compact"
+    assert config["topic.creation.default.min.compaction.lag.ms"] == "3600000"
+    assert config["tombstones.on.delete"] == "true"  # compaction ends a deleted key with its tombstone
+    wanted = wanted_configs(settings)
+    assert wanted["shop.public.orders"]["cleanup.policy"] == "compact"
+    assert wanted["shop.public.orders"]["min.compaction.lag.ms"] == "3600000"
+    assert wanted["events.clickstream"]["cleanup.policy"] == "delete"  # events keep a bounded retention
+
+
 def test_an_unassigned_or_paused_task_is_named_with_what_to_do(settings: Settings) -> None:
     from spark_jobs.connectors import state_warnings
 

@@ -140,11 +140,12 @@ def test_every_table_the_code_writes_is_in_the_registry_once() -> None:
     from spark_jobs.hot.events import HOT_VIEWS
     from spark_jobs.jobs import gold, smoke
     from spark_jobs.quality.store import RESULTS_TABLE, quarantine_table
+    from spark_jobs.replay.targets import REPLAYS
     from spark_jobs.serving.watermark import WATERMARK_TABLE
     from spark_jobs.streaming import cdc, events, hot
 
     written = {events.BRONZE, events.SILVER, events.QUARANTINE, events.LEDGER, hot.HOT_LEDGER, cdc.QUARANTINE,
-               RESULTS_TABLE, WATERMARK_TABLE,
+               RESULTS_TABLE, WATERMARK_TABLE, REPLAYS,
                smoke.TABLE, *(v.table for v in HOT_VIEWS), *(f"gold.{s}" for s in gold.STEPS),
                *(n for c in CDC_TABLES.values() for n in (c.bronze, c.silver, c.deleted))}
     assert written == set(TABLES), (sorted(written - set(TABLES)), sorted(set(TABLES) - written))
@@ -156,6 +157,13 @@ def test_every_table_the_code_writes_is_in_the_registry_once() -> None:
     assert lake_table(quarantine_table("gold.fct_orders")).writer.startswith("data-quality gate")
     with pytest.raises(KeyError, match=r"silver\.nope is not in the table registry \(spark_jobs/contracts/tables\.py\)"):
         lake_table("silver.nope")
+    # A replay's shadow is laid out as its live table (README, Replay (Kappa)).
+    shadow = lake_table("replay.silver__orders__deleted")
+    assert (shadow.keys, shadow.properties) == (TABLES["silver.orders__deleted"].keys,
+                                                TABLES["silver.orders__deleted"].properties)
+    assert lake_table("replay.silver__events").partitioned_by == ("event_date",)
+    with pytest.raises(KeyError):
+        lake_table("replay.silver__nope")
 
 
 def test_silver_tables_have_the_change_feed_and_no_deletion_vectors() -> None:

@@ -96,3 +96,49 @@ def test_log_bytes_sums_segments(tmp_path: Path) -> None:
     (d / "00000000000000000000.index").write_bytes(b"x" * 1000)
     assert log_bytes(tmp_path, "events.clickstream", 2) == 15
     assert log_bytes(tmp_path, "events.clickstream", 7) == 0  # glob of a missing dir: nothing
+
+
+def test_a_compacted_cdc_topic_is_measured_against_its_compaction_lag() -> None:
+    from spark_jobs.streaming.retention import limits
+
+    compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(2 * DAY_MS), "retention.ms": str(7 * DAY_MS),
+                 "retention.bytes": str(GIB)}
+    assert limits(compacted) == ("min.compaction.lag.ms", 2 * DAY_MS, -1)  # compaction deletes nothing by size
+    assert limits({"cleanup.policy": "delete", "retention.ms": "5", "retention.bytes": "7"}) == ("retention.ms", 5, 7)
+    assert limits({**compacted, "cleanup.policy": "compact,delete", "retention.ms": str(DAY_MS)}) == (
+        "retention.ms", DAY_MS, GIB)
+    name, ms, size = limits(compacted)
+    p = partition_retention("shop.public.orders", 1, processed=9, low=0, high=20,
+                            oldest_timestamp_ms=NOW_MS - int(1.2 * DAY_MS), now_ms=NOW_MS, retention_ms=ms,
+                            retention_bytes=size, log_bytes=GIB, limit=name)
+    assert p.time_fraction == pytest.approx(0.6) and p.bytes_fraction is None
+    failures, warnings = assess([p], warn_fraction=0.5, fail_fraction=0.8)
+    assert failures == []
+    assert warnings and warnings[0].startswith("shop.public.orders:1: 10 record(s) not archived, oldest unprocessed "
+                                               "record 28.8 h old of min.compaction.lag.ms 48.0 h (60.0%)")
+    assert warnings[0].endswith("raise LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))")
+
+
+def test_an_unarchived_range_the_cleaner_already_compacted_fails_naming_gaps(tmp_path: Path) -> None:
+    from spark_jobs.streaming.retention import cleaned_offsets
+
+    (tmp_path / "cleaner-offset-checkpoint").write_text("0\n2\nshop.public.orders 1 40\nshop.public.customers 0 7\n")
+    cleaned = cleaned_offsets(tmp_path)
+    assert cleaned == {("shop.public.orders", 1): 40, ("shop.public.customers", 0): 7}
+    assert cleaned_offsets(tmp_path / "missing") == {}
+
+    def cdc(processed: int, cleaned_to: int | None) -> PartitionRetention:
+        return partition_retention("shop.public.orders", 1, processed=processed, low=0, high=60,
+                                   oldest_timestamp_ms=NOW_MS - DAY_MS, now_ms=NOW_MS, retention_ms=7 * DAY_MS,
+                                   retention_bytes=-1, log_bytes=None, limit="min.compaction.lag.ms",
+                                   cleaned=cleaned_to)
+
+    assert cdc(processed=9, cleaned_to=40).compacted_unread == 30
+    failures, _warnings = assess([cdc(processed=9, cleaned_to=40)], warn_fraction=0.5, fail_fraction=0.8)
+    assert failures and failures[0].startswith("shop.public.orders:1: Kafka's log cleaner already compacted offsets "
+                                               "10-39, which the streaming app has not archived")
+    assert "`lake replay gaps`" in failures[0]
+    # Archived past what the cleaner reached, or nothing compacted yet: nothing to report.
+    assert cdc(processed=45, cleaned_to=40).compacted_unread == 0
+    assert cdc(processed=9, cleaned_to=None).compacted_unread == 0
+    assert assess([cdc(processed=45, cleaned_to=40)], warn_fraction=0.5, fail_fraction=0.8)[0] == []

@@ -1,0 +1,112 @@
+"""Live table vs its replayed shadow: row counts, keys only on one side, a sample of changed rows.
+
+All in Spark: one full outer join on the keys, persisted, one aggregate job for the counts and a small sample
+job per side; only the counts and at most ``sample`` rows per kind reach the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class TableDiff:
+    """What differs between ``live`` and ``shadow`` (compared on ``columns``, matched on ``keys``)."""
+
+    live: str
+    shadow: str
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+    live_rows: int
+    shadow_rows: int
+    only_live: int
+    only_shadow: int
+    changed: int
+    only_live_keys: list[dict[str, Any]] = field(default_factory=list)
+    only_shadow_keys: list[dict[str, Any]] = field(default_factory=list)
+    changed_rows: list[dict[str, Any]] = field(default_factory=list)  # {"key":..., "live":..., "shadow":...}
+
+    @property
+    def same(self) -> bool:
+        return not (self.only_live or self.only_shadow or self.changed)
+
+    def lines(self) -> list[str]:
+        """The diff for people: counts, then the samples (one line each)."""
+        out = [f"{self.live} vs {self.shadow}: rows {self.live_rows} live, {self.shadow_rows} replayed; "
+               f"{self.only_live} key(s) only live, {self.only_shadow} only replayed, {self.changed} changed"
+               + (" (identical)" if self.same else "")]
+        out += [f"  only live     {k}" for k in self.only_live_keys]
+        out += [f"  only replayed {k}" for k in self.only_shadow_keys]
+        for row in self.changed_rows:
+            cols = ", ".join(f"{c}: {row['live'][c]!r} -> {row['shadow'][c]!r}" for c in row["columns"])
+            out.append(f"  changed       {row['key']}: {cols}")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("live", "shadow", "keys", "live_rows", "shadow_rows", "only_live",
+                                              "only_shadow", "changed")}
+
+
+def compared_columns(live: DataFrame, shadow: DataFrame, keys: Sequence[str], skip: Sequence[str]) -> list[str]:
+    """Columns both frames have, minus the keys and the bookkeeping ``skip`` columns, in the live table's order."""
+    theirs = set(shadow.columns)
+    return [c for c in live.columns if c in theirs and c not in keys and c not in skip]
+
+
+def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live_name: str, shadow_name: str,
+                skip: Sequence[str] = (), sample: int = 5) -> TableDiff:
+    """Compare ``live`` with ``shadow`` by ``keys`` (unique in both) on their common columns but ``skip``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    missing = [k for k in keys if k not in live.columns or k not in shadow.columns]
+    if missing:
+        raise ValueError(f"diff {live_name} vs {shadow_name}: key column(s) {missing} missing from one side")
+    columns = compared_columns(live, shadow, keys, skip)
+    quoted = [f"`{c}`" for c in columns]
+    left = live.select(*[F.col(f"`{k}`") for k in keys], F.struct(*quoted).alias("_l"), F.lit(True).alias("_in_l"))
+    right = shadow.select(*[F.col(f"`{k}`") for k in keys], F.struct(*quoted).alias("_r"),
+                          F.lit(True).alias("_in_r"))
+    joined = left.join(right, on=list(keys), how="full_outer").withColumn(
+        "_kind", F.when(F.col("_in_r").isNull(), F.lit("only_live"))
+        .when(F.col("_in_l").isNull(), F.lit("only_shadow"))
+        .when(~F.col("_l").eqNullSafe(F.col("_r")), F.lit("changed")))
+    joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = joined.agg(
+            F.count(F.col("_in_l")).alias("live_rows"), F.count(F.col("_in_r")).alias("shadow_rows"),
+            *[F.count(F.when(F.col("_kind") == k, 1)).alias(k) for k in ("only_live", "only_shadow", "changed")],
+        ).first()
+        assert counts is not None
+        samples: dict[str, list[Any]] = {"only_live": [], "only_shadow": [], "changed": []}
+        if counts["only_live"] or counts["only_shadow"] or counts["changed"]:
+            ranked = joined.where(F.col("_kind").isNotNull()).withColumn(
+                "_n", F.row_number().over(_sample_window(keys)))
+            for row in ranked.where(F.col("_n") <= sample).collect():
+                samples[row["_kind"]].append(row)
+        def key_of(r: Any) -> dict[str, Any]:
+            return {k: r[k] for k in keys}
+
+        changed = []
+        for r in samples["changed"]:
+            lv, sv = r["_l"].asDict(), r["_r"].asDict()
+            changed.append({"key": key_of(r), "columns": [c for c in columns if lv[c] != sv[c]], "live": lv,
+                            "shadow": sv})
+        return TableDiff(live_name, shadow_name, tuple(keys), tuple(columns), int(counts["live_rows"]),
+                         int(counts["shadow_rows"]), int(counts["only_live"]), int(counts["only_shadow"]),
+                         int(counts["changed"]), [key_of(r) for r in samples["only_live"]],
+                         [key_of(r) for r in samples["only_shadow"]], changed)
+    finally:
+        joined.unpersist()
+
+
+def _sample_window(keys: Sequence[str]) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    return Window.partitionBy("_kind").orderBy(*[F.col(f"`{k}`") for k in keys])
