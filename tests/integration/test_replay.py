@@ -37,12 +37,13 @@ SWITCHED = (*[c.silver for c in CDC_TABLES.values()], "silver.events", *HOT)
 #: What must be equal before and after a replay, per table: the bookkeeping the stream sets per batch is left out,
 #: and so are an event's Kafka coordinates (of two copies of an event in one micro-batch the stream keeps either).
 FINGERPRINT = {
-    "silver.events": "count(*) AS n, count(DISTINCT event_id) AS ids, "
-                     "sum(xxhash64(event_id, event_type, user_id, event_time, properties, revenue, _late)) AS h",
-    **{t: "count(*) AS n, sum(xxhash64(window_start, window_end, late_events, "
+    # (sums of 64-bit hashes as decimals: a bigint sum overflows under ANSI)
+    "silver.events": "count(*) AS n, count(DISTINCT event_id) AS ids, sum(CAST(xxhash64(event_id, event_type, "
+                     "user_id, event_time, properties, revenue, _late) AS DECIMAL(38,0))) AS h",
+    **{t: "count(*) AS n, sum(CAST(xxhash64(window_start, window_end, late_events, "
           + ("orders, revenue" if t == "hot.sales_per_minute" else
              "active_users, user_ids" if t == "hot.active_users_5m" else
-             "page_views, add_to_carts, checkouts, purchases") + ")) AS h" for t in HOT},
+             "page_views, add_to_carts, checkouts, purchases") + ") AS DECIMAL(38,0))) AS h" for t in HOT},
 }
 
 
@@ -73,9 +74,10 @@ def _delete_beginning(settings: Settings, topic: str) -> None:
     from confluent_kafka import TopicPartition
 
     ends = _watermarks(settings, topic)
-    futures = _admin(settings).delete_records([TopicPartition(topic, p, high) for p, (_low, high) in ends.items()])
+    admin = _admin(settings)  # held: a collected AdminClient never completes its futures
+    futures = admin.delete_records([TopicPartition(topic, p, high) for p, (_low, high) in ends.items()])
     for future in futures.values():
-        future.result(30)
+        future.result(60)
     after = _watermarks(settings, topic)
     assert all(low == ends[p][1] for p, (low, _high) in after.items()), (ends, after)
 
@@ -177,8 +179,9 @@ def _alter(settings: Settings, topic: str, configs: dict[str, str | None]) -> No
     entries = [ConfigEntry(k, v or "", incremental_operation=AlterConfigOpType.DELETE if v is None
                            else AlterConfigOpType.SET) for k, v in configs.items()]
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
-    for future in _admin(settings).incremental_alter_configs([resource]).values():
-        future.result(30)
+    admin = _admin(settings)  # held: a collected AdminClient never completes its futures
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(60)
 
 
 def test_a_compacted_cdc_topic_compacts_while_bronze_and_silver_stay_complete(loaded: Settings) -> None:
