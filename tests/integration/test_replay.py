@@ -184,42 +184,6 @@ def _alter(settings: Settings, topic: str, configs: dict[str, str | None]) -> No
         future.result(60)
 
 
-def test_a_compacted_cdc_topic_compacts_while_bronze_and_silver_stay_complete(loaded: Settings) -> None:
-    topic, product, updates = "shop.public.products", 1, 8
-    key = json.dumps({"product_id": product}, separators=(",", ":")).encode()
-    with shop_cursor(loaded) as cur:
-        for _ in range(updates):
-            cur.execute("UPDATE products SET price = price + 0.01, updated_at = now() WHERE product_id = %s",
-                        (product,))
-            cur.connection.commit()
-    wait_and_verify_cdc()  # archived before any compaction may touch it
-    archived = lake_sql(f"SELECT count(*) AS n FROM bronze.shop__public__products WHERE CAST(key AS STRING) = "
-                        f"'{key.decode()}'")[-1]["n"]
-    assert archived >= updates + 1  # the snapshot read and every update
-    # Segments roll quickly and the cleaner may take any superseded record: compaction happens within the test.
-    _alter(loaded, topic, {"segment.ms": "1000", "min.compaction.lag.ms": "0", "min.cleanable.dirty.ratio": "0.01"})
-    try:
-        def compacted() -> int | None:
-            with shop_cursor(loaded) as cur:  # a new record rolls the active segment so the cleaner can read it
-                cur.execute("UPDATE products SET updated_at = now() WHERE product_id = %s", (product + 1,))
-                cur.connection.commit()
-            wait_stream(300)  # archived before the cleaner (lag 0 now) may compact it: no hole in bronze
-            held = _kafka_records_of_key(loaded, topic, key)
-            return held if held < archived else None
-
-        held = wait_until(compacted, f"Kafka's log cleaner to compact {topic}", 300, every=10)
-        assert held >= 1, "compaction keeps the newest record of a key"
-    finally:
-        _alter(loaded, topic, {"segment.ms": None, "min.cleanable.dirty.ratio": None,
-                               "min.compaction.lag.ms": str(loaded.kafka_cdc_min_compaction_lag_ms)})
-    wait_and_verify_cdc()  # silver still equals PostgreSQL
-    after = lake_sql(f"SELECT count(*) AS n FROM bronze.shop__public__products WHERE CAST(key AS STRING) = "
-                     f"'{key.decode()}'")[-1]["n"]
-    assert after >= archived > held  # bronze, the SCD2 history's source, keeps every version Kafka dropped
-    gaps = run_lake("replay", "gaps", "silver.products", check=False, timeout=900)
-    assert gaps.returncode == 0 and "no holes" in gaps.stdout, gaps.stdout[-2000:]
-
-
 def test_status_warns_before_an_unread_change_reaches_the_compaction_lag(loaded: Settings) -> None:
     run_lake("stream", "stop")
     try:
