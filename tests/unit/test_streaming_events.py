@@ -67,6 +67,20 @@ class Run:
 
 
 @pytest.fixture
+def state_store(spark: Any) -> Iterator[None]:
+    """The events queries' state store settings (STATE_STORE_CONF) on the session for one test, restored after."""
+    previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
+    for key, value in STATE_STORE_CONF.items():
+        spark.conf.set(key, value)
+    yield
+    for key, old in previous.items():
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
+
+
+@pytest.fixture
 def run(spark: Any, tmp_path: Path) -> Iterator[Run]:
     r = Run(spark, tmp_path)
     yield r
@@ -121,14 +135,12 @@ def test_late_flag_is_the_records_own_arrival_delay(spark: Any) -> None:
     assert flags == [False, True, False]
 
 
-def test_the_hot_plan_carries_narrow_unique_valid_events_only(spark: Any, tmp_path: Path) -> None:
+def test_the_hot_plan_carries_narrow_unique_valid_events_only(spark: Any, state_store: None,
+                                                               tmp_path: Path) -> None:
     """The hot query's plan (events_plan.hot_stream): one scan of the source (no second branch), valid events
     once (a re-send in a later batch dropped by the state store), no raw bytes and no rejects."""
     from spark_jobs.streaming.events_plan import hot_stream
 
-    previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
-    for key, value in STATE_STORE_CONF.items():
-        spark.conf.set(key, value)
     inbox = tmp_path / "in"
     inbox.mkdir()
     batches: list[list[dict[str, Any]]] = []
@@ -148,11 +160,6 @@ def test_the_hot_plan_carries_narrow_unique_valid_events_only(spark: Any, tmp_pa
             query.processAllAvailable()
     finally:
         query.stop()
-        for key, old in previous.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
     checked = [r for batch in batches for r in batch]
     assert sorted(r["_event_id"] for r in checked) == [a, b]  # a's re-send dropped, the reject not carried
     assert all(r["_late"] is False for r in checked)
@@ -175,7 +182,8 @@ def test_batch_offsets_come_from_the_query_s_offset_log(tmp_path: Path) -> None:
     assert _offset_json(None, "events.clickstream") == {}
 
 
-def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark: Any, tmp_path: Path) -> None:
+def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark: Any, state_store: None,
+                                                                           tmp_path: Path) -> None:
     """LakeDedup (events_plan.first_seen's operator) with a 15-second horizon: a re-send in a later batch within it
     is dropped, one after it passes again; copies inside one batch give one row. (The horizon is processing time:
     batches 1 and 2 must start within 15 s of each other, which even a loaded machine gives.)"""
@@ -183,9 +191,6 @@ def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark:
 
     from pyspark.sql import DataFrame
 
-    previous = {key: spark.conf.get(key, None) for key in STATE_STORE_CONF}
-    for key, value in STATE_STORE_CONF.items():
-        spark.conf.set(key, value)
     inbox = tmp_path / "in"
     inbox.mkdir()
     batches: list[list[str]] = []
@@ -200,11 +205,6 @@ def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark:
             query.processAllAvailable()
     finally:
         query.stop()
-        for key, old in previous.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
     assert [b for b in batches if b] == [["a", "b"], ["c"], ["a", "b"]], batches
 
 
