@@ -3,6 +3,11 @@ SHELL := /bin/bash
 VENV ?= $(CURDIR)/.venv
 LAKE := $(VENV)/bin/lake
 PY := $(VENV)/bin/python
+# Unit and DAG tests run on this many pytest-xdist workers (each its own local Spark), a file per worker at a
+# time (module fixtures stay in one process). 2 on our 2 cores: 8.6 min instead of 14 (docs/benchmarks.md).
+# TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+UNIT_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: help setup up down status demo test test-unit test-dags test-integration test-cluster lint clean lock jar-checksums
 
@@ -51,7 +56,7 @@ jar-checksums:
 	$(PY) -m spark_jobs.cli.jar_checksums write
 
 test-unit:
-	$(PY) -m pytest tests/unit tests/dags
+	$(PY) -m pytest $(UNIT_ARGS) tests/unit tests/dags
 
 test-dags:
 	$(PY) -m pytest tests/dags
@@ -72,7 +77,7 @@ test-integration: setup
 # stopped afterwards either way. Both parts always run; either failing fails the target.
 test: setup
 	@set -o pipefail; unit=0; rc=0; \
-	$(PY) -m pytest -v --durations=15 tests/unit tests/dags || unit=$$?; \
+	$(PY) -m pytest -v --durations=15 $(UNIT_ARGS) tests/unit tests/dags || unit=$$?; \
 	$(INTEGRATION); \
 	if [ $$rc -eq 0 ]; then rc=$$unit; fi; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \

@@ -3,8 +3,9 @@ see the runs succeed.
 
 Headless Chromium (Debian's ``/usr/bin/chromium``; Playwright's own browser download is not used) drives the
 Airflow 3.3 React UI as a user would. The REST client only waits for the runs and finds their ids; everything
-the test *does* goes through the UI. The days are 20..18 days before today (UTC) so they never overlap the other
-tests' days (the last 7), and "All Runs" reprocessing makes a re-run of the test run them again.
+the test *does* goes through the UI. The days are 19 and 18 days before today (UTC; two days, one wave of the
+DAG's two concurrent runs) so they never overlap the other tests' days (the last 7), and "All Runs"
+reprocessing makes a re-run of the test run them again.
 
 Screenshots land in ``.lake/artifacts/`` (``airflow_backfill_form.png``, ``airflow_backfill_done.png``, and
 ``airflow_ui_failed_<step>.png`` when a step fails).
@@ -211,7 +212,7 @@ def test_backfill_from_the_ui(lake_tables: Settings) -> None:
     stack = lake_tables
     t0 = time.monotonic()
     today = datetime.now(UTC).date()
-    first, last = today - timedelta(days=20), today - timedelta(days=18)
+    first, last = today - timedelta(days=19), today - timedelta(days=18)
     days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for stale in ARTIFACTS.glob("airflow_*.png"):
@@ -254,3 +255,68 @@ def test_backfill_from_the_ui(lake_tables: Settings) -> None:
         assert shot.is_file() and shot.stat().st_size > 0, f"screenshot {shot} missing or empty"
     print(f"  UI backfill test took {time.monotonic() - t0:.0f} s; screenshots {form}, {done}", flush=True)
 
+
+REPLAY_DAG = "lake_replay"
+
+
+def _trigger_replay(page: Page, settings: Settings, tables: list[str]) -> str:
+    """Trigger -> Single Run of ``lake_replay`` with ``tables`` in its params form (``switch`` left false: a dry run
+    that builds, checks and diffs only); returns the run id the form created. The form's fields have the ids
+    ``element_<param>`` (Airflow 3.3's trigger form); an array of strings is a textarea, one item per line."""
+    base = settings.airflow_url.rstrip("/")
+    with ui_step(page, "open lake_replay page"):
+        page.goto(f"{base}/dags/{REPLAY_DAG}")
+        expect(page.get_by_role("button", name="Trigger Dag")).to_be_visible()
+    with ui_step(page, "open lake_replay Trigger dialog"):
+        page.get_by_role("button", name="Trigger Dag").click()
+        dialog = page.get_by_role("dialog").filter(has_text=f"- {REPLAY_DAG}")
+        expect(dialog).to_be_visible()
+        _choose_radio(page, dialog, "Single Run")
+    with ui_step(page, "fill the tables param"):
+        field = dialog.locator("#element_tables")
+        expect(field).to_be_visible()
+        field.fill("\n".join(tables))
+        expect(field).to_have_value("\n".join(tables))
+        expect(dialog.locator("#element_until")).to_have_value("")
+    _screenshot(page, "airflow_replay_form.png")
+    with ui_step(page, "submit Trigger"):
+        with page.expect_response(lambda r: r.request.method == "POST"
+                                  and r.url.split("?")[0].endswith(f"/dags/{REPLAY_DAG}/dagRuns")) as resp_info:
+            dialog.get_by_role("button", name="Trigger", exact=True).click()
+        resp = resp_info.value
+        assert resp.ok, f"POST dagRuns from the UI answered HTTP {resp.status}: {resp.text()[:800]}"
+        run = resp.json()
+    assert run["conf"].get("tables") == tables and run["conf"].get("switch") is False, run["conf"]
+    return str(run["dag_run_id"])
+
+
+def test_trigger_lake_replay_from_the_ui_with_params(lake_tables: Settings) -> None:
+    """The replay DAG triggered in the browser with its params: the run (a dry replay of silver.products into its
+    shadow) succeeds and its task log carries the replay's report."""
+    stack = lake_tables
+    client = AirflowClient(stack)
+    client.wait_for_dag(REPLAY_DAG)
+    if client._call("GET", f"/api/v2/dags/{REPLAY_DAG}")["is_paused"]:
+        client.unpause(REPLAY_DAG)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US", timezone_id="UTC")
+            context.set_default_timeout(UI_TIMEOUT_MS)
+            expect.set_options(timeout=UI_TIMEOUT_MS)
+            page = context.new_page()
+            _log_in(page, stack)
+            run_id = _trigger_replay(page, stack, ["silver.products"])
+        finally:
+            browser.close()
+
+    def finished() -> dict[str, Any] | None:
+        runs = [r for r in client.runs(REPLAY_DAG) if r["dag_run_id"] == run_id]
+        return runs[0] if runs and runs[0]["state"] in ("success", "failed") else None
+
+    run = wait_until(finished, f"{REPLAY_DAG} run {run_id} (triggered in the UI) to finish", RUNS_TIMEOUT_S, every=5)
+    log = client.task_log(REPLAY_DAG, run_id, "replay")
+    assert run["state"] == "success", f"{REPLAY_DAG} run {run_id}: {run['state']}\n{log[-3000:]}"
+    assert "silver.products <- bronze.shop__public__products" in log and "dry run" in log, log[-3000:]

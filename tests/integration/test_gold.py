@@ -105,7 +105,9 @@ def test_fct_orders_hold_exactly_postgres_orders_of_each_day(gold: Settings) -> 
 
 
 def test_reprocessing_backfill_rewrites_identical_rows(gold: Settings) -> None:
-    days = _days()
+    # The newest three of the seven built days (a reprocessing run is the same code per day; three days keep a
+    # backfill's concurrency and its chaining of days, at less than half the suite's time of all seven).
+    days = _days()[-3:]
     before = _versions()
     states = gold_backfill(gold, days, "completed")
     assert set(states.values()) == {"success"}, states

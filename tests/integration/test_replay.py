@@ -184,6 +184,48 @@ def _alter(settings: Settings, topic: str, configs: dict[str, str | None]) -> No
         future.result(60)
 
 
+def _archived_versions(key: bytes) -> int:
+    return int(lake_sql(f"SELECT count(*) AS n FROM bronze.shop__public__products WHERE CAST(key AS STRING) = "
+                        f"'{key.decode()}'")[-1]["n"])
+
+
+def test_a_compacted_cdc_topic_compacts_while_bronze_and_silver_stay_complete(loaded: Settings) -> None:
+    topic, product, updates = "shop.public.products", 1, 8
+    key = json.dumps({"product_id": product}, separators=(",", ":")).encode()
+
+    def change_the_product() -> None:
+        with shop_cursor(loaded) as cur:
+            cur.execute("UPDATE products SET price = price + 0.01, updated_at = now() WHERE product_id = %s",
+                        (product,))
+            cur.connection.commit()
+
+    for _ in range(updates):
+        change_the_product()
+    wait_and_verify_cdc()  # archived before any compaction may touch it
+    archived = _archived_versions(key)
+    assert archived >= updates + 1  # the snapshot read and every update
+    # Segments roll quickly and the cleaner may take any superseded record: compaction happens within the test.
+    _alter(loaded, topic, {"segment.ms": "1000", "min.compaction.lag.ms": "0", "min.cleanable.dirty.ratio": "0.01"})
+    try:
+        def compacted() -> tuple[int, int] | None:
+            # A new record of the same key lands in the same partition and rolls its active segment (the cleaner
+            # never reads an active segment; a change of another key may go to another of the topic's partitions).
+            change_the_product()
+            wait_stream(300)  # archived before the cleaner (lag 0 now) may compact it: no hole in bronze
+            now_archived, held = _archived_versions(key), _kafka_records_of_key(loaded, topic, key)
+            return (held, now_archived) if held < now_archived else None
+
+        held, archived = wait_until(compacted, f"Kafka's log cleaner to compact {topic}", 300, every=10)
+        assert held >= 1, "compaction keeps the newest record of a key"
+    finally:
+        _alter(loaded, topic, {"segment.ms": None, "min.cleanable.dirty.ratio": None,
+                               "min.compaction.lag.ms": str(loaded.kafka_cdc_min_compaction_lag_ms)})
+    wait_and_verify_cdc()  # silver still equals PostgreSQL
+    assert _archived_versions(key) >= archived > held  # bronze, the SCD2 history's source, keeps every version
+    gaps = run_lake("replay", "gaps", "silver.products", check=False, timeout=900)
+    assert gaps.returncode == 0 and "no holes" in gaps.stdout, gaps.stdout[-2000:]
+
+
 def test_status_warns_before_an_unread_change_reaches_the_compaction_lag(loaded: Settings) -> None:
     run_lake("stream", "stop")
     try:

@@ -33,9 +33,17 @@ def test_the_heap_floor_is_the_smallest_sample_in_the_window() -> None:
 
 def test_old_gen_of_a_process_that_is_no_jvm_is_unknown() -> None:
     assert old_gen_mb(os.getpid()) is None  # jstat cannot attach to Python
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # A driver whose only child is Python (not this test process: a worker that ran a Spark test has a JVM child).
+    driver = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+                               "print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
-        assert jvm_of(os.getpid()) is None  # a Python child is not the app's JVM
+        assert driver.stdout is not None and driver.stdout.readline().strip() == "ready"
+        assert jvm_of(driver.pid) is None  # a Python child is not the app's JVM
     finally:
-        child.kill()
-        child.wait()
+        import psutil
+
+        for child in psutil.Process(driver.pid).children(recursive=True):
+            child.kill()
+        driver.kill()
+        driver.wait()
