@@ -41,8 +41,9 @@ with DAG(
         "tables": Param(["all"], type="array", items={"type": "string"}, minItems=1,
                         description="tables to replay (silver.orders, silver.events, hot.sales_per_minute, "
                                     "patterns like hot.*), or all"),
-        "until": Param("", type="string", description="ISO-8601 instant (UTC if no zone); empty: every archived "
-                                                      "record"),
+        # null allowed: the UI's trigger form treats an empty string param as missing and refuses to submit.
+        "until": Param(None, type=["null", "string"], description="ISO-8601 instant (UTC if no zone); empty: every "
+                                                                  "archived record"),
         "switch": Param(False, type="boolean", description="switch the live tables when every block rule passes "
                                                            "(else a dry run: shadows and diff only)"),
     },
@@ -53,7 +54,7 @@ with DAG(
         conn_id="lake_spark",
         application=str(JOB),
         name="lake_replay",
-        application_args=["--tables", "{{ params.tables | join(',') }}", "--until", "{{ params.until }}",
+        application_args=["--tables", "{{ params.tables | join(',') }}", "--until", "{{ params.until or '' }}",
                           "--switch", "{{ params.switch }}", "--run-id", "{{ run_id }}"],
         pool="ops_replay",
         execution_timeout=timedelta(hours=3),

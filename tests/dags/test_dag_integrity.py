@@ -139,6 +139,14 @@ def test_replay_dag_is_manual_with_params_and_one_run_at_a_time(dagbag: Any) -> 
     assert task.application.endswith("spark_jobs/jobs/replay.py")
     args = " ".join(task.application_args)
     assert "--tables {{ params.tables | join(',') }}" in args and "--switch {{ params.switch }}" in args
+    # `until` may be left empty in the UI's trigger form (null: an empty string param counts as missing there and
+    # the form refuses to submit); it renders as an empty argument, which the job reads as "every archived record".
+    assert dag.params["until"] is None
+    import jinja2
+
+    until = task.application_args[task.application_args.index("--until") + 1]
+    assert jinja2.Template(until).render(params={"until": None}) == ""
+    assert jinja2.Template(until).render(params={"until": "2026-11-26T18:00:00Z"}) == "2026-11-26T18:00:00Z"
 
 
 def test_replay_job_arguments_parse_as_the_dag_renders_them() -> None:
