@@ -97,6 +97,9 @@ STATE_STORE_CONF = {
 #: File under ``<run dir>/failpoints/`` that holds a batch after its count, before its appends (tests only:
 #: the crash test kills the driver there, see ``_hold_if_asked``).
 HOLD_BEFORE_APPEND_FAILPOINT = "events-hold-before-append"
+#: The same after a batch's ledger row, before Spark commits its offsets (tests only: a driver killed there
+#: replays a batch every table holds already, see ``process``).
+HOLD_AFTER_LEDGER_FAILPOINT = "events-hold-after-ledger"
 #: Start of the log line a (re)started app prints when its first batch begins (``lake bench events`` waits for it).
 FIRST_BATCH_MARKER = f"lake stream: {QUERY} first batch"
 
@@ -174,7 +177,7 @@ class EventsApp:
                 return
             ingest_time = max(r["ingest_time"] for r in stats).astimezone(UTC)
             totals = {k: sum(int(r[k]) for r in stats) for k in ("received", "appended", "quarantined", "late")}
-            self._hold_if_asked(batch_id)
+            self._hold_if_asked(batch_id, HOLD_BEFORE_APPEND_FAILPOINT, "counted, holding before the appends")
             t = time.monotonic()
             self._append(frame, valid, checked, app_id, batch_id, totals, jobs)
             steps["append"] = time.monotonic() - t
@@ -206,6 +209,7 @@ class EventsApp:
         self.ledger.write_once([ledger], app_id, batch_id, "append")
         steps["ledger"] = time.monotonic() - t
         self.done_through = batch_id
+        self._hold_if_asked(batch_id, HOLD_AFTER_LEDGER_FAILPOINT, "in the ledger, holding before the offsets commit")
         self._record_progress(batch_id, ledger, stats, steps)
         # A backlog's batches show progress and where the time goes; small steady batches only at DEBUG.
         log_batch(QUERY, batch_id, received, ledger["batch_seconds"], steps,
@@ -239,12 +243,12 @@ class EventsApp:
         for future in futures:
             future.result()
 
-    def _hold_if_asked(self, batch_id: int) -> None:
-        """Wait while the failpoint file exists (tests: a driver killed with the hot tables ahead of the rest)."""
-        hold = self.settings.run_dir / "failpoints" / HOLD_BEFORE_APPEND_FAILPOINT
+    def _hold_if_asked(self, batch_id: int, failpoint: str, what: str) -> None:
+        """Wait while the failpoint file exists (tests: a driver killed with the hot tables ahead of the rest, or
+        with a batch in the ledger whose offsets Spark has not committed)."""
+        hold = self.settings.run_dir / "failpoints" / failpoint
         if hold.exists():
-            log.info("lake stream: %s batch %d: counted, holding before the appends (failpoint %s)",
-                     QUERY, batch_id, hold)
+            log.info("lake stream: %s batch %d: %s (failpoint %s)", QUERY, batch_id, what, hold)
         while hold.exists():
             time.sleep(0.1)
 

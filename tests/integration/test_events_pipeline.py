@@ -115,6 +115,34 @@ def test_driver_sigkilled_during_load_still_reconciles(events: Settings) -> None
     _only_the_kills_restarted(events, before, 2)
 
 
+def _kill_at_failpoint(settings: Settings, failpoint: str, line: bytes, name: str, seed: int) -> None:
+    """Under load, hold the archive query at ``failpoint`` (its log ``line`` says it holds), SIGKILL the app
+    there, let it restart and drain: the ledger balances and the supervisor restarted it for the kill only."""
+    log = settings.log_dir / "stream.log"
+    log_start = log.stat().st_size if log.exists() else 0
+    hold = settings.run_dir / "failpoints" / failpoint
+    hold.parent.mkdir(parents=True, exist_ok=True)
+    hold.touch()
+    before = _restarts(settings)
+    try:
+        load = _loadgen(settings, name, rate=1500, duration=20, seed=seed)
+        deadline = time.monotonic() + 180
+        while True:
+            with log.open("rb") as f:
+                f.seek(log_start)
+                if line in f.read():
+                    break
+            assert time.monotonic() < deadline, f"no batch reached the failpoint {failpoint}"
+            time.sleep(0.05)
+        pid = kill_program(settings, "stream")
+    finally:
+        hold.unlink(missing_ok=True)
+    wait_running(settings, "stream", pid)
+    _finish(load)
+    _reconcile(settings, name)
+    _only_the_kills_restarted(settings, before, 1)
+
+
 def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_once(events: Settings) -> None:
     """An archive batch counted but whose bronze/silver/quarantine rows and ledger row are not written (Spark has
     not committed its offsets; the hot query has committed the same records in its own batches): SIGKILL exactly
@@ -122,29 +150,22 @@ def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_o
     equal silver (their batches are skipped where they landed)."""
     from spark_jobs.streaming.events import HOLD_BEFORE_APPEND_FAILPOINT
 
+    _kill_at_failpoint(events, HOLD_BEFORE_APPEND_FAILPOINT, b"holding before the appends", "append-gap", 404)
+
+
+def test_driver_killed_after_the_ledger_before_the_offsets_commit_replays_the_batch_once(events: Settings) -> None:
+    """A batch in the ledger (every table holds it) whose offsets Spark has not committed: SIGKILL exactly then.
+    The next start replays it from the checkpoint, writes nothing for it, and still runs its plan, so its
+    de-duplication state commits: the restarted app keeps running (it once failed Spark's state-store commit
+    check there and crashed) and the ledger balances."""
+    from spark_jobs.streaming.events import HOLD_AFTER_LEDGER_FAILPOINT
+
     log = events.log_dir / "stream.log"
     log_start = log.stat().st_size if log.exists() else 0
-    hold = events.run_dir / "failpoints" / HOLD_BEFORE_APPEND_FAILPOINT
-    hold.parent.mkdir(parents=True, exist_ok=True)
-    hold.touch()
-    before = _restarts(events)
-    try:
-        load = _loadgen(events, "append-gap", rate=1500, duration=20, seed=404)
-        deadline = time.monotonic() + 180
-        while True:
-            with log.open("rb") as f:
-                f.seek(log_start)
-                if b"holding before the appends" in f.read():
-                    break
-            assert time.monotonic() < deadline, "no batch reached the failpoint after its hot commit"
-            time.sleep(0.05)
-        pid = kill_program(events, "stream")
-    finally:
-        hold.unlink(missing_ok=True)
-    wait_running(events, "stream", pid)
-    _finish(load)
-    _reconcile(events, "append-gap")
-    _only_the_kills_restarted(events, before, 1)
+    _kill_at_failpoint(events, HOLD_AFTER_LEDGER_FAILPOINT, b"holding before the offsets commit", "ledger-gap", 606)
+    with log.open("rb") as f:
+        f.seek(log_start)
+        assert b"is in the ledger already" in f.read(), "the restarted app did not replay the batch in the ledger"
 
 
 def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
