@@ -53,6 +53,30 @@ def ui_step(page: Page, name: str) -> Iterator[None]:
         raise UIStepError(f"Airflow UI step {name!r} failed at {page.url}; {where}\n{exc}") from exc
 
 
+@contextmanager
+def logged_in_page(settings: Settings) -> Iterator[Page]:
+    """A headless Chromium page logged in to the Airflow UI (closed on exit)."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US", timezone_id="UTC")
+            context.set_default_timeout(UI_TIMEOUT_MS)
+            expect.set_options(timeout=UI_TIMEOUT_MS)
+            page = context.new_page()
+            _log_in(page, settings)
+            yield page
+        finally:
+            browser.close()
+
+
+def _unpaused(client: AirflowClient, dag_id: str) -> None:
+    """Wait until the DAG is parsed, and unpause it (a new stack's DAGs start paused)."""
+    client.wait_for_dag(dag_id)
+    if client._call("GET", f"/api/v2/dags/{dag_id}")["is_paused"]:
+        client.unpause(dag_id)
+
+
 def _screenshot(page: Page, name: str) -> Path:
     path = ARTIFACTS / name
     page.screenshot(path=str(path), full_page=True)
@@ -219,36 +243,24 @@ def test_backfill_from_the_ui(lake_tables: Settings) -> None:
         stale.unlink()
 
     client = AirflowClient(stack)
-    client.wait_for_dag(GOLD_DAG)
-    if client._call("GET", f"/api/v2/dags/{GOLD_DAG}")["is_paused"]:
-        client.unpause(GOLD_DAG)
+    _unpaused(client, GOLD_DAG)
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US", timezone_id="UTC")
-            context.set_default_timeout(UI_TIMEOUT_MS)
-            expect.set_options(timeout=UI_TIMEOUT_MS)
-            page = context.new_page()
-            _log_in(page, stack)
-            backfill_id = None
-            for _attempt in range(3):  # Airflow runs one backfill per DAG at a time; other tests start theirs
-                _wait_no_active_backfill(client)
-                backfill_id = _start_backfill(page, stack, first, last)
-                if backfill_id is not None:
-                    break
-            assert backfill_id is not None, f"Airflow kept refusing the UI's backfill of {GOLD_DAG} (another active)"
-            print(f"  UI backfill {backfill_id}: {first}..{last} started from the form", flush=True)
+    with logged_in_page(stack) as page:
+        backfill_id = None
+        for _attempt in range(3):  # Airflow runs one backfill per DAG at a time; other tests start theirs
+            _wait_no_active_backfill(client)
+            backfill_id = _start_backfill(page, stack, first, last)
+            if backfill_id is not None:
+                break
+        assert backfill_id is not None, f"Airflow kept refusing the UI's backfill of {GOLD_DAG} (another active)"
+        print(f"  UI backfill {backfill_id}: {first}..{last} started from the form", flush=True)
 
-            runs = _wait_backfill_runs(client, backfill_id, days)
-            bad = {d: r["state"] for d, r in runs.items() if r["state"] != "success"}
-            assert not bad, f"backfill {backfill_id} started in the UI: runs not successful {bad} (see the task logs)"
+        runs = _wait_backfill_runs(client, backfill_id, days)
+        bad = {d: r["state"] for d, r in runs.items() if r["state"] != "success"}
+        assert not bad, f"backfill {backfill_id} started in the UI: runs not successful {bad} (see the task logs)"
 
-            _check_runs_in_ui(page, stack, runs, first, last)
-            done = _screenshot(page, "airflow_backfill_done.png")
-        finally:
-            browser.close()
+        _check_runs_in_ui(page, stack, runs, first, last)
+        done = _screenshot(page, "airflow_backfill_done.png")
 
     form = ARTIFACTS / "airflow_backfill_form.png"
     for shot in (form, done):
@@ -295,22 +307,10 @@ def test_trigger_lake_replay_from_the_ui_with_params(lake_tables: Settings) -> N
     shadow) succeeds and its task log carries the replay's report."""
     stack = lake_tables
     client = AirflowClient(stack)
-    client.wait_for_dag(REPLAY_DAG)
-    if client._call("GET", f"/api/v2/dags/{REPLAY_DAG}")["is_paused"]:
-        client.unpause(REPLAY_DAG)
+    _unpaused(client, REPLAY_DAG)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US", timezone_id="UTC")
-            context.set_default_timeout(UI_TIMEOUT_MS)
-            expect.set_options(timeout=UI_TIMEOUT_MS)
-            page = context.new_page()
-            _log_in(page, stack)
-            run_id = _trigger_replay(page, stack, ["silver.products"])
-        finally:
-            browser.close()
+    with logged_in_page(stack) as page:
+        run_id = _trigger_replay(page, stack, ["silver.products"])
 
     def finished() -> dict[str, Any] | None:
         runs = [r for r in client.runs(REPLAY_DAG) if r["dag_run_id"] == run_id]
