@@ -238,7 +238,7 @@ def spark_cluster(settings: Settings) -> Probe:
     url = f"http://{settings.host}:{settings.spark_cluster_webui_port}/json/"
     try:
         state = http_json(url)
-    except (OSError, ValueError) as exc:
+    except (httpx.HTTPError, OSError, ValueError) as exc:
         return False, f"master web UI {url} not answering ({exc})"
     alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
     if len(alive) < settings.spark_cluster_workers:

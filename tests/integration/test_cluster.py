@@ -1,5 +1,6 @@
 """On the stack's own Spark standalone cluster (`make test-cluster`): the apps run their tasks on its executors,
-and an executor SIGKILLed during a CDC load loses nothing and writes nothing twice.
+an executor SIGKILLed during a CDC load loses nothing and writes nothing twice, and the master accepts only the
+stack's applications (an application without the stack's Spark secret, run as another OS user, is refused).
 
 Skipped unless the stack runs a cluster (LAKE_SPARK_CLUSTER_WORKERS > 0); `make test-cluster` starts one and
 runs this module with the CDC and events tests, unchanged.
@@ -10,7 +11,11 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -108,3 +113,62 @@ def test_gold_backfill_runs_on_the_cluster_and_equals_postgres(cluster: Settings
     assert expected and set(got) == set(expected), (sorted(got), sorted(expected))
     for key, (orders, revenue) in expected.items():
         assert got[key][0] == orders and str(got[key][1]) == str(revenue), (key, got[key], (orders, revenue))
+
+
+#: An application as a local user without the stack's secret would start it: its own (empty) Spark config dir, the
+#: cluster's master URL, and either no authentication or a guessed secret. It prints REGISTERED and exits 0 only
+#: if the master gave it executors and it ran a job on them.
+_ATTACKER_APP = """
+import sys
+from pyspark.sql import SparkSession
+master, name, secret = sys.argv[1], sys.argv[2], sys.argv[3]
+builder = (SparkSession.builder.master(master).appName(name).config("spark.ui.enabled", "false")
+           .config("spark.cores.max", "1").config("spark.executor.memory", "512m"))
+if secret:
+    builder = builder.config("spark.authenticate", "true").config("spark.authenticate.secret", secret)
+spark = builder.getOrCreate()
+spark.sparkContext.setLocalProperty("spark.job.description", "attacker")
+print("REGISTERED", spark.range(10).count(), flush=True)
+"""
+
+
+def _run_as_nobody(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    home = tempfile.mkdtemp(prefix="lake-attacker-")
+    os.chmod(home, 0o777)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "SPARK_CONF_DIR": home,
+           "PYSPARK_PYTHON": sys.executable, "JAVA_HOME": os.environ.get("JAVA_HOME", "")}
+    runner = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+    try:
+        return subprocess.run([*runner, "env", "-i", *[f"{k}={v}" for k, v in env.items() if v], *args],
+                              capture_output=True, text=True, timeout=timeout, cwd=home)
+    except subprocess.TimeoutExpired as exc:  # still waiting for executors: refused as well, the master decides
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return subprocess.CompletedProcess(args, -9, out, "timed out")
+
+
+def test_the_master_refuses_an_application_without_the_stack_secret(cluster: Settings) -> None:
+    """Issue 32, item 3: the standalone master accepts only the stack's applications. A raw RPC without the
+    authentication handshake is refused on the master's and the workers' ports, and a real PySpark application
+    run as the OS user ``nobody`` (no access to the stack's config) neither with authentication off nor with a
+    guessed secret registers, gets an executor or runs a task."""
+    from tests.integration.test_no_anonymous_port import _answers_unauthenticated_rpc
+
+    ports = [cluster.spark_cluster_master_port,
+             *[int(w["port"]) for w in _master_state(cluster)["workers"] if w["state"] == "ALIVE"]]
+    assert len(ports) == 1 + cluster.spark_cluster_workers, ports
+    for port in ports:
+        assert not _answers_unauthenticated_rpc(cluster.host, port), (
+            f"{cluster.host}:{port} answered a Spark RPC sent without the spark.authenticate handshake")
+
+    master = f"spark://{cluster.host}:{cluster.spark_cluster_master_port}"
+    names = {"none": f"attacker-{uuid.uuid4().hex[:8]}", "guessed": f"attacker-{uuid.uuid4().hex[:8]}"}
+    procs = {kind: _run_as_nobody([sys.executable, "-c", _ATTACKER_APP, master, name,
+                                   "" if kind == "none" else uuid.uuid4().hex], timeout=150)
+             for kind, name in names.items()}
+    for kind, proc in procs.items():
+        assert "REGISTERED" not in proc.stdout and proc.returncode != 0, (kind, proc.stdout[-2000:],
+                                                                          proc.stderr[-2000:])
+    state = _master_state(cluster)
+    seen = {a["name"] for key in ("activeapps", "completedapps") for a in state.get(key, [])}
+    assert not seen & set(names.values()), f"the master registered {seen & set(names.values())}"
+    assert {"lake-stream", "lake-spark-connect"} <= {a["name"] for a in state.get("activeapps", [])}, seen

@@ -75,6 +75,21 @@ def test_stale_pid_file_is_removed(tmp_path: Path) -> None:
     assert not supervisor.socket_path(s).exists()
 
 
+def test_the_spark_cluster_probe_waits_while_the_master_is_not_listening(tmp_path: Path) -> None:
+    """A master still starting refuses connections: the probe says "not answering" (so `lake stack up` waits)
+    instead of raising httpx's ConnectError, which is no OSError (it broke `make test-cluster`'s stack up)."""
+    import socket
+
+    from spark_jobs.stack import health
+
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        s = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_SPARK_CLUSTER_WEBUI_PORT": str(port)})
+        ok, detail = health.spark_cluster(s)
+    assert not ok and "not answering" in detail and str(port) in detail
+
+
 def test_a_spark_cluster_is_a_supervised_master_and_workers_on_lake_host(tmp_path: Path) -> None:
     from spark_jobs.session import public_spark_conf
     from spark_jobs.settings import SettingsError
