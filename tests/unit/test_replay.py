@@ -171,6 +171,18 @@ def test_resolve_names_patterns_and_errors() -> None:
     assert TARGETS["silver.orders"].companion_shadow == "replay.silver__orders__deleted"
 
 
+def test_output_rows_counts_the_newest_write_even_after_a_compaction(world: World) -> None:
+    """The report's rebuilt-row count comes from the newest WRITE: an auto compaction's OPTIMIZE committed right
+    after the append (silver.events' layout) made it 0 before."""
+    rows = world.spark.createDataFrame([(i, f"e{i}") for i in range(7)], "id INT, name STRING")
+    for part in range(2):  # two files, so OPTIMIZE has something to compact
+        rows.where(f"id % 2 = {part}").write.format("delta").mode("append").save(world.location("replay.t"))
+    world.spark.sql(f"OPTIMIZE delta.`{world.location('replay.t')}`")
+    newest = world.spark.sql(f"DESCRIBE HISTORY delta.`{world.location('replay.t')}` LIMIT 1").first()
+    assert newest is not None and newest["operation"] == "OPTIMIZE"
+    assert world.lake.output_rows("replay.t") == 3
+
+
 def test_dry_run_builds_the_shadow_and_diffs_without_switching(world: World) -> None:
     _damaged(world)
     live_version = world.lake.version("silver.orders")
