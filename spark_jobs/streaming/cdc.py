@@ -184,8 +184,12 @@ class CdcApp:
         jobs = BatchJobs(self.spark, QUERY, batch_id, CDC)
         jobs.enter()
         app_id = query_id(self.spark, QUERY)
+        # One task per core, not one per topic partition (12 with four topics of three): every job over the batch
+        # (parse, summary, four bronze appends) ran 12 tasks, most of them near-empty, at ~90 ms each
+        # (docs/benchmarks.md, "Tasks per CDC batch"). coalesce keeps the records where they are: no shuffle.
         raw = batch.select("key", "value", "topic", "partition", "offset",
-                           F.col("timestamp").alias("kafka_timestamp")).persist(StorageLevel.MEMORY_AND_DISK)
+                           F.col("timestamp").alias("kafka_timestamp")).coalesce(
+            max(1, self.spark.sparkContext.defaultParallelism)).persist(StorageLevel.MEMORY_AND_DISK)
         parsed: DataFrame | None = None
         refused: dict[str, set[str]] = {}  # per topic, payload columns PostgreSQL lacks: their records quarantined
         try:
