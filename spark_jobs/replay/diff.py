@@ -1,7 +1,7 @@
 """Live table vs its replayed shadow: row counts, keys only on one side, a sample of changed rows.
 
-All in Spark: one full outer join on the keys, persisted, one aggregate job for the counts and a small sample
-job per side; only the counts and at most ``sample`` rows per kind reach the driver.
+All in Spark: one full outer join on the keys, one aggregate job for the counts and, only when they show a
+difference, a small sample job; only the counts and at most ``sample`` rows per kind reach the driver.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ def compared_columns(live: DataFrame, shadow: DataFrame, keys: Sequence[str], sk
 def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live_name: str, shadow_name: str,
                 skip: Sequence[str] = (), sample: int = 5) -> TableDiff:
     """Compare ``live`` with ``shadow`` by ``keys`` (unique in both) on their common columns but ``skip``."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     missing = [k for k in keys if k not in live.columns or k not in shadow.columns]
@@ -76,33 +75,34 @@ def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live
         "_kind", F.when(F.col("_in_r").isNull(), F.lit("only_live"))
         .when(F.col("_in_l").isNull(), F.lit("only_shadow"))
         .when(~F.col("_l").eqNullSafe(F.col("_r")), F.lit("changed")))
-    joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        counts = joined.agg(
-            F.count(F.col("_in_l")).alias("live_rows"), F.count(F.col("_in_r")).alias("shadow_rows"),
-            *[F.count(F.when(F.col("_kind") == k, 1)).alias(k) for k in ("only_live", "only_shadow", "changed")],
-        ).first()
-        assert counts is not None
-        samples: dict[str, list[Any]] = {"only_live": [], "only_shadow": [], "changed": []}
-        if counts["only_live"] or counts["only_shadow"] or counts["changed"]:
-            ranked = joined.where(F.col("_kind").isNotNull()).withColumn(
-                "_n", F.row_number().over(_sample_window(keys)))
-            for row in ranked.where(F.col("_n") <= sample).collect():
-                samples[row["_kind"]].append(row)
-        def key_of(r: Any) -> dict[str, Any]:
-            return {k: r[k] for k in keys}
+    # Not persisted: the whole outer join (every row of both sides) read back from a spilled MEMORY_AND_DISK
+    # block is loaded into the heap at once, and `lake bench replay` of 2M events died of OutOfMemoryError in a
+    # 2 GiB driver. One aggregate pass gives the counts; only when they show differences does a second pass
+    # (the join again) pick the samples.
+    counts = joined.agg(
+        F.count(F.col("_in_l")).alias("live_rows"), F.count(F.col("_in_r")).alias("shadow_rows"),
+        *[F.count(F.when(F.col("_kind") == k, 1)).alias(k) for k in ("only_live", "only_shadow", "changed")],
+    ).first()
+    assert counts is not None
+    samples: dict[str, list[Any]] = {"only_live": [], "only_shadow": [], "changed": []}
+    if counts["only_live"] or counts["only_shadow"] or counts["changed"]:
+        ranked = joined.where(F.col("_kind").isNotNull()).withColumn(
+            "_n", F.row_number().over(_sample_window(keys)))
+        for row in ranked.where(F.col("_n") <= sample).collect():
+            samples[row["_kind"]].append(row)
 
-        changed = []
-        for r in samples["changed"]:
-            lv, sv = r["_l"].asDict(), r["_r"].asDict()
-            changed.append({"key": key_of(r), "columns": [c for c in columns if lv[c] != sv[c]], "live": lv,
-                            "shadow": sv})
-        return TableDiff(live_name, shadow_name, tuple(keys), tuple(columns), int(counts["live_rows"]),
-                         int(counts["shadow_rows"]), int(counts["only_live"]), int(counts["only_shadow"]),
-                         int(counts["changed"]), [key_of(r) for r in samples["only_live"]],
-                         [key_of(r) for r in samples["only_shadow"]], changed)
-    finally:
-        joined.unpersist()
+    def key_of(r: Any) -> dict[str, Any]:
+        return {k: r[k] for k in keys}
+
+    changed = []
+    for r in samples["changed"]:
+        lv, sv = r["_l"].asDict(), r["_r"].asDict()
+        changed.append({"key": key_of(r), "columns": [c for c in columns if lv[c] != sv[c]], "live": lv,
+                        "shadow": sv})
+    return TableDiff(live_name, shadow_name, tuple(keys), tuple(columns), int(counts["live_rows"]),
+                     int(counts["shadow_rows"]), int(counts["only_live"]), int(counts["only_shadow"]),
+                     int(counts["changed"]), [key_of(r) for r in samples["only_live"]],
+                     [key_of(r) for r in samples["only_shadow"]], changed)
 
 
 def _sample_window(keys: Sequence[str]) -> Any:
