@@ -185,8 +185,8 @@ class CdcApp:
         jobs.enter()
         app_id = query_id(self.spark, QUERY)
         # One task per core, not one per topic partition (12 with four topics of three): every job over the batch
-        # (parse, summary, four bronze appends) ran 12 tasks, most of them near-empty, at ~90 ms each
-        # (docs/benchmarks.md, "Tasks per CDC batch"). coalesce keeps the records where they are: no shuffle.
+        # (parse, summary, four bronze appends) ran 12 tasks, most of them near-empty (docs/benchmarks.md, "CDC: two
+        # more designs measured", design E). coalesce keeps the records where they are: no shuffle.
         raw = batch.select("key", "value", "topic", "partition", "offset",
                            F.col("timestamp").alias("kafka_timestamp")).coalesce(
             max(1, self.spark.sparkContext.defaultParallelism)).persist(StorageLevel.MEMORY_AND_DISK)

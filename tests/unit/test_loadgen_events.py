@@ -16,10 +16,10 @@ from spark_jobs.contracts.events import (
     event_errors,
     parse_event_time,
 )
+from spark_jobs.events_producer import FLUSH_MARGIN_S
 from spark_jobs.loadgen.events import (
     BAD_KINDS,
     DUPLICATE,
-    FLUSH_MARGIN_S,
     LATE,
     VALID,
     ClickstreamGenerator,
@@ -165,8 +165,10 @@ class FakeEventProducer:
     def pending(self) -> int:
         return 0
 
-    def flush(self, timeout: float = 0) -> None:
-        self.flush_timeouts.append(timeout)
+    def flush(self, timeout: float | None = None) -> None:
+        # as EventProducer.flush: None waits for the delivery timeout plus the margin
+        self.flush_timeouts.append(float(self.config["message.timeout.ms"]) / 1000 + FLUSH_MARGIN_S
+                                   if timeout is None else timeout)
         for i, _ in enumerate(self.sent):
             if self.fail_every and i % self.fail_every == 0:
                 self.stats.failed += 1
