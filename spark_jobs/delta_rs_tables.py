@@ -58,8 +58,10 @@ def table_uri(settings: Settings, name: str) -> str:
 class DriverTable:
     """One Delta table written from the driver: open once, then read, check and commit cheaply."""
 
-    def __init__(self, settings: Settings | None, name: str, uri: str | None = None) -> None:
-        """Table ``name`` of the lake (``settings``), or at ``uri`` on the local filesystem (tests)."""
+    def __init__(self, settings: Settings | None, name: str, uri: str | None = None,
+                 options: dict[str, str] | None = None) -> None:
+        """Table ``name`` of the lake (``settings``), or at ``uri`` with object-store ``options`` (none: the local
+        filesystem, as in tests; a Spark task gets the lake's uri and :func:`storage_options` from the driver)."""
         from deltalake import DeltaTable
 
         self.name = name
@@ -67,7 +69,7 @@ class DriverTable:
             self.uri = table_uri(settings, name)
             self._options = storage_options(settings)
         elif uri is not None:
-            self.uri, self._options = uri, {}
+            self.uri, self._options = uri, dict(options or {})
         else:
             raise ValueError(f"{name}: give the lake's settings or a table uri")
         try:

@@ -37,12 +37,13 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.settings import Settings
-from spark_jobs.silver.cdc import POSITION_COLUMNS, quote_ident
+from spark_jobs.silver.cdc import POSITION_COLUMNS, TaskTarget, quote_ident
 from spark_jobs.silver.cdc_columns import admit_columns, new_columns
 from spark_jobs.streaming.common import (
     Maintenance,
@@ -132,6 +133,7 @@ class CdcApp:
         self.contracts = list(CDC_TABLES.values())
         self.appender = OnceAppender(settings)
         self._schemas: dict[str, StructType] = {}  # silver schemas (this driver is their only writer)
+        self._task_targets: dict[str, TaskTarget] = {}  # silver tables MERGEd in a task with delta-rs
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         self.progress = read_json(status_path(settings)) or self.progress
 
@@ -158,6 +160,24 @@ class CdcApp:
                 *[contract.schema[k] for k in contract.keys], *[StructField(c, meta_types[c]) for c in POSITION_COLUMNS]])))
         tables.append((QUARANTINE, quarantine_schema()))
         create_tables(self.spark, self.settings, tables)
+        self._task_targets = {c.silver: target for c in CDC_TABLES.values() if (target := self._task_target(c))}
+
+    def _task_target(self, contract: CdcTable) -> TaskTarget | None:
+        """Where a Spark task MERGEs this table with delta-rs (:func:`~spark_jobs.silver.cdc.apply_changes_in_task`),
+        or None when delta-rs cannot write it (a silver table with deletion vectors, from before they were turned
+        off): then Spark's MERGE applies it, slower (docs/benchmarks.md, "CDC design G")."""
+        from spark_jobs.delta_rs_tables import DriverDeltaError, DriverTable, storage_options, table_uri
+
+        try:
+            for name in (contract.silver, contract.deleted):
+                DriverTable(self.settings, name)
+        except DriverDeltaError as exc:
+            log.warning("lake stream: %s is applied by Spark's MERGE, not in a task with delta-rs (%s)",
+                        contract.silver, exc)
+            return None
+        # app_id: the query's id, known once it runs (_apply sets it).
+        return TaskTarget(contract.silver, table_uri(self.settings, contract.silver), contract.deleted,
+                          table_uri(self.settings, contract.deleted), storage_options(self.settings), app_id="")
 
     @staticmethod
     def _refuse_old_layout(contract: CdcTable, silver_views: set[str]) -> None:
@@ -279,22 +299,22 @@ class CdcApp:
 
     def _apply(self, index: int, contract: CdcTable, parsed: DataFrame, summary: dict[str, Any], app_id: str,
                batch_id: int, jobs: BatchJobs) -> None:
-        """The MERGE of one table's changes and its delete markers (:func:`spark_jobs.silver.cdc.apply_changes`)."""
-        from delta.tables import DeltaTable
+        """The MERGE of one table's changes and its delete markers: one Spark job whose task MERGEs with delta-rs
+        (:func:`spark_jobs.silver.cdc.apply_changes_in_task`), else Spark's MERGE (:meth:`_apply_with_spark`)."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.silver.cdc import apply_changes, table_rows
+        from spark_jobs.silver.cdc import apply_changes_in_task, table_rows
 
         t = time.monotonic()
-        markers = self.spark.read.format("delta").load(table_location(self.settings, contract.deleted))
-
-        def append_markers(rows: DataFrame) -> None:
-            self._append(rows, contract.deleted, app_id, batch_id, jobs)
-
         changes = table_rows(parsed, index, contract.topic, self._schema(contract)).where(F.col("_error").isNull())
-        apply_changes(DeltaTable.forPath(self.spark, table_location(self.settings, contract.silver)), changes,
-                      contract.keys, markers, append_markers if summary["deletes"] else None, checkpoint=True)
-        jobs.committed()
+        target = self._task_targets.get(contract.silver)
+        if target is not None:
+            applied = apply_changes_in_task(changes, self._schema(contract), contract.keys,
+                                            replace(target, app_id=app_id), batch_id)
+            jobs.committed(int(applied["commits"]))
+            self.timings[f"{contract.table}.silver.task"] = float(applied["seconds"])
+        else:
+            self._apply_with_spark(contract, changes, summary, app_id, batch_id, jobs)
         self.timings[f"{contract.table}.silver.apply"] = time.monotonic() - t
         with self._lock:
             table_progress = self.progress["tables"].setdefault(contract.silver, {})
@@ -303,6 +323,23 @@ class CdcApp:
                 newest = summary["newest"]
                 newest = (newest if newest.tzinfo else newest.replace(tzinfo=UTC)).isoformat()
                 table_progress["newest_change"] = max(newest, table_progress.get("newest_change", ""))
+
+    def _apply_with_spark(self, contract: CdcTable, changes: DataFrame, summary: dict[str, Any], app_id: str,
+                          batch_id: int, jobs: BatchJobs) -> None:
+        """Spark's MERGE and a Spark append of the markers (:func:`spark_jobs.silver.cdc.apply_changes`): a table
+        delta-rs cannot write."""
+        from delta.tables import DeltaTable
+
+        from spark_jobs.silver.cdc import apply_changes
+
+        markers = self.spark.read.format("delta").load(table_location(self.settings, contract.deleted))
+
+        def append_markers(rows: DataFrame) -> None:
+            self._append(rows, contract.deleted, app_id, batch_id, jobs)
+
+        apply_changes(DeltaTable.forPath(self.spark, table_location(self.settings, contract.silver)), changes,
+                      contract.keys, markers, append_markers if summary["deletes"] else None, checkpoint=True)
+        jobs.committed()
 
     def _append(self, frame: DataFrame, table: str, app_id: str, batch_id: int, jobs: BatchJobs) -> None:
         """Append ``frame`` to ``table`` at most once per batch (:class:`~spark_jobs.streaming.common.OnceAppender`)."""

@@ -1,8 +1,10 @@
 """The CDC apply on Spark (spark_jobs.silver.cdc): one named test per edge case, on real local Delta tables.
 
 Each test sends small inline Debezium batches through what the streaming app runs per table and batch:
-``parse_frame`` (the parse in Spark's Python workers) then ``apply_changes`` (newest change per key
-against the delete markers, the MERGE into silver, the markers). The parse's own cases are in
+``parse_frame`` (the parse in Spark's Python workers) then the apply, each case with both engines the app has:
+``apply_changes`` (newest change per key against the delete markers, Spark's MERGE into silver, the markers) and
+``apply_changes_in_task`` (the newest change per key in Spark, then one task that checks the markers, MERGEs with
+delta-rs and appends the markers), which the streaming app runs. The parse's own cases are in
 test_silver_cdc_parse.py.
 """
 
@@ -16,18 +18,36 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, apply_changes, parse_frame, parse_tables_frame, table_rows
+from spark_jobs.silver.cdc import (
+    UNAVAILABLE_VALUE,
+    TaskTarget,
+    apply_changes,
+    apply_changes_in_task,
+    merge_once,
+    newest_changes,
+    parse_frame,
+    parse_tables_frame,
+    table_rows,
+    toastable_columns,
+)
 from tests.unit.cdc_records import KEYS, ORDERS, TOPIC, Record, change, raw, row, tombstone
 
 OTHER_TOPIC = "shop.public.other"
 
 SHOWN = ["id", "status", "notes", "_op", "_snapshot_rank", "_commit_lsn", "_change_lsn"]
 
+#: The two ways a batch is applied: Spark's MERGE (replay, and tables delta-rs cannot write) and delta-rs in a
+#: Spark task (the streaming app).
+ENGINES = ("spark", "task")
+
 
 def _silver_schema() -> Any:
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-    return StructType([*ORDERS.fields, StructField("_op", StringType()), StructField("_snapshot_rank", IntegerType()),
+    # The key NOT NULL, as the app's contracts declare it (a writer must not put a null in it, even in the
+    # change data feed).
+    rows = [StructField(f.name, f.dataType, nullable=f.name not in KEYS) for f in ORDERS.fields]
+    return StructType([*rows, StructField("_op", StringType()), StructField("_snapshot_rank", IntegerType()),
                        StructField("_commit_lsn", LongType()), StructField("_change_lsn", LongType()),
                        StructField("_source_ts", TimestampType()), StructField("_extra", StringType())])
 
@@ -42,13 +62,16 @@ def _markers_schema() -> Any:
 class Lake:
     """A local silver table (deletion vectors and change data feed on) and its delete markers, as the app keeps them."""
 
-    def __init__(self, path: Path, spark: Any) -> None:
+    def __init__(self, path: Path, spark: Any, engine: str = "spark") -> None:
         from delta.tables import DeltaTable
 
-        self.spark = spark
+        self.spark, self.engine = spark, engine
         self.silver_path, self.deleted_path = str(path / "silver"), str(path / "deleted")
+        # The app's silver tables have no deletion vectors (contracts.tables.SILVER_PROPS): delta-rs cannot write
+        # them. Spark's MERGE is also run on a table with them (older lakes, replay shadows).
         (DeltaTable.create(spark).location(self.silver_path).addColumns(_silver_schema())
-         .property("delta.enableDeletionVectors", "true").property("delta.enableChangeDataFeed", "true").execute())
+         .property("delta.enableDeletionVectors", str(engine == "spark").lower())
+         .property("delta.enableChangeDataFeed", "true").execute())
         DeltaTable.create(spark).location(self.deleted_path).addColumns(_markers_schema()).execute()
         self.batch_id = 0
         self.offset = 0
@@ -79,6 +102,10 @@ class Lake:
             self.batch_id += 1
             batch_id = self.batch_id
         changes = self.parsed(records)
+        if self.engine == "task":
+            assert append_markers is None, "a task's markers append cannot be replaced"
+            self.applied = apply_changes_in_task(changes, self.schema(), KEYS, self.target(), batch_id)
+            return
         markers = self.spark.read.format("delta").load(self.deleted_path)
         # The streaming app's setting: the MERGE reads the checkpointed source as it is.
         self.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
@@ -87,6 +114,14 @@ class Lake:
                           append_markers or self.append_markers(batch_id), checkpoint=True)
         finally:
             self.spark.conf.unset("spark.databricks.delta.merge.materializeSource")
+
+    def schema(self) -> Any:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.forPath(self.spark, self.silver_path).toDF().schema
+
+    def target(self) -> TaskTarget:
+        return TaskTarget("silver.orders", self.silver_path, "silver.orders__deleted", self.deleted_path, {}, "app")
 
     def current(self) -> list[dict[str, Any]]:
         return [r.asDict() for r in self.spark.read.format("delta").load(self.silver_path).collect()]
@@ -99,9 +134,9 @@ class Lake:
                       .select("id", "_commit_lsn").collect())
 
 
-@pytest.fixture
-def lake(tmp_path: Path, spark: Any) -> Lake:
-    return Lake(tmp_path, spark)
+@pytest.fixture(params=ENGINES)
+def lake(tmp_path: Path, spark: Any, request: pytest.FixtureRequest) -> Lake:
+    return Lake(tmp_path, spark, request.param)
 
 
 def test_out_of_order_across_batches_older_change_is_ignored(lake: Lake) -> None:
@@ -145,7 +180,7 @@ def test_delete_then_reinsert_same_key(lake: Lake, tmp_path: Path, spark: Any) -
     lake.apply([reinserted])
     assert lake.rows() == [(1, "again", "n", "c", 1, 300, 310)]
     # One batch: the re-insert is the newest change.
-    other = Lake(tmp_path / "one", spark)
+    other = Lake(tmp_path / "one", spark, lake.engine)
     other.apply([created, deleted, tombstone({"id": 1}), reinserted])
     assert other.rows() == [(1, "again", "n", "c", 1, 300, 310)]
 
@@ -169,14 +204,29 @@ def test_crash_between_silver_and_the_markers_loses_no_delete(lake: Lake) -> Non
     def killed(rows: Any) -> None:
         raise RuntimeError("killed")
 
-    # The driver dies after the MERGE of batch 2, before its markers.
-    with pytest.raises(RuntimeError, match="killed"):
-        lake.apply(delete, append_markers=killed)
+    # The driver (or the task) dies after the MERGE of batch 2, before its markers.
+    if lake.engine == "task":
+        from deltalake import DeltaTable as RsTable
+
+        from spark_jobs.delta_rs_tables import DriverTable
+
+        schema = lake.schema()
+        toastable = toastable_columns(ORDERS, KEYS)
+        source = newest_changes(lake.parsed(delete), schema.names, KEYS, toastable, None)
+        silver = DriverTable(None, "silver.orders", lake.silver_path)
+        assert merge_once(silver, source.toArrow(), KEYS, toastable, "app", 2) is not None
+        assert RsTable(lake.silver_path).transaction_version("app:silver.orders") == 2
+        lake.batch_id = 2
+    else:
+        with pytest.raises(RuntimeError, match="killed"):
+            lake.apply(delete, append_markers=killed)
     assert lake.rows() == [] and lake.markers() == []
     # The replay of batch 2 re-applies a no-op MERGE and appends the marker.
     lake.offset -= 1
     lake.apply(delete, batch_id=lake.batch_id)
     assert lake.markers() == [(1, 200)]
+    if lake.engine == "task":  # the replay's MERGE was skipped by its transaction, its markers appended
+        assert (lake.applied["commits"], lake.applied["markers"]) == (1, 1)
     lake.apply([change("c", {"id": 1}, after=row(1), commit=100, lsn=110)])  # a re-send stays out
     assert lake.rows() == []
 
@@ -207,11 +257,11 @@ def test_snapshot_read_loses_to_streamed_change(lake: Lake, tmp_path: Path, spar
     lake.apply([snapshot])
     assert lake.rows() == [(1, "paid", "n", "u", 1, 200, 210)]
     for i, records in enumerate(([streamed, snapshot], [snapshot, streamed])):
-        one = Lake(tmp_path / f"one{i}", spark)
+        one = Lake(tmp_path / f"one{i}", spark, lake.engine)
         one.apply(records)
         assert one.rows() == [(1, "paid", "n", "u", 1, 200, 210)]
     # A snapshot row in silver is replaced by a later re-snapshot.
-    snap = Lake(tmp_path / "snap", spark)
+    snap = Lake(tmp_path / "snap", spark, lake.engine)
     snap.apply([snapshot])
     snap.apply([change("r", {"id": 1}, after=row(1, "resnap"), commit=None, lsn=600, snapshot="true")])
     assert snap.rows() == [(1, "resnap", "n", "r", 0, 600, 600)]
@@ -262,14 +312,15 @@ def test_added_column_flows_into_extra_then_into_its_own_column(lake: Lake) -> N
     assert lake.rows(["id", "coupon", "discount", "_extra"]) == [(1, "SUMMER", Decimal("3.75"), None)]
 
 
-def test_interleaved_transactions_ordered_by_commit_not_change_lsn(tmp_path: Path, spark: Any) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_interleaved_transactions_ordered_by_commit_not_change_lsn(tmp_path: Path, spark: Any, engine: str) -> None:
     # T1 writes at LSN 180 and commits first; T2 began earlier, wrote at LSN 150, commits after T1.
     # T2's events carry T1's commit LSN (250) as last commit: by change LSN or ts_ms T1 would win.
     t1 = change("u", {"id": 1}, after=row(1, "from T1"), commit=100, lsn=180, ts_ms=1_709_290_000_900)
     t2 = change("u", {"id": 1}, after=row(1, "from T2"), commit=250, lsn=150, ts_ms=1_709_290_000_100)
     want = [(1, "from T2", "n", "u", 1, 250, 150)]
     for i, batches in enumerate(([[t1, t2]], [[t2, t1]], [[t2], [t1]])):
-        lake = Lake(tmp_path / str(i), spark)
+        lake = Lake(tmp_path / str(i), spark, engine)
         for records in batches:
             lake.apply(records)
         assert lake.rows() == want
@@ -339,13 +390,13 @@ def _random_log(rng: random.Random, keys: int, transactions: int) -> list[Record
     return log
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_random_runs_with_resends_end_as_postgresql(tmp_path: Path, spark: Any, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "engine"), [(0, "spark"), (1, "spark"), (0, "task"), (1, "task"), (2, "task")])
+def test_random_runs_with_resends_end_as_postgresql(tmp_path: Path, spark: Any, seed: int, engine: str) -> None:
     """Random logs cut into batches, with Connect-style re-sends (a contiguous run of the log again):
     silver ends equal to the table the log leaves in PostgreSQL."""
     rng = random.Random(seed)
     log = _random_log(rng, keys=6, transactions=40)
-    lake = Lake(tmp_path / "lake", spark)
+    lake = Lake(tmp_path / "lake", spark, engine)
     at = 0
     while at < len(log):
         end = min(len(log), at + rng.randint(1, 24))  # each batch is a local MERGE (~4 s): few, varied batches
@@ -385,9 +436,10 @@ def test_newest_change_with_a_backtick_in_a_toastable_column_name(spark: Any) ->
 
 
 
-def test_a_repeated_batch_reuses_its_compiled_code(lake: Lake) -> None:
+def test_a_repeated_batch_reuses_its_compiled_code(tmp_path: Path, spark: Any) -> None:
     """Every batch of a table runs the same plans: once warm, a batch compiles no code (session.CODEGEN_CONF; with
     Spark's default cache of 100 classes one MERGE batch, ~97 classes, recompiled nearly all of them)."""
+    lake = Lake(tmp_path, spark, "spark")
     metrics = lake.spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
 
     def batch(status: str, lsn: int) -> list[Record]:
