@@ -22,6 +22,8 @@ id is not above the recorded version is skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_jobs.settings import Settings
@@ -30,6 +32,7 @@ from spark_jobs.table_io import table_location
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
+    from pyspark.sql import DataFrame
 
 
 class DriverDeltaError(RuntimeError):
@@ -93,19 +96,27 @@ class DriverTable:
         return pa.table(self.table.to_pyarrow_dataset().to_table(columns=columns, filter=where))
 
     def write_once(self, rows: list[dict[str, Any]] | pa.Table, app_id: str, batch_id: int,
-                   mode: Literal["append", "overwrite"]) -> bool:
-        """Commit ``rows`` once for (``app_id``, ``batch_id``); False when that batch was already committed."""
+                   mode: Literal["append", "overwrite"], *, check_history: bool = False) -> bool:
+        """Commit ``rows`` once for (``app_id``, ``batch_id``); False when that batch was already committed.
+
+        The commit carries the transaction ``<app_id>:<table>`` = ``batch_id`` and Spark's ``userMetadata``
+        marker ``<app_id>:<table>:<batch id>`` (:class:`spark_jobs.streaming.common.OnceAppender`'s);
+        ``check_history``: also skip when one of the table's recent commits carries that marker (a batch a Spark
+        append wrote, which sets the transaction only on a driver's first batch)."""
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        txn = f"{app_id}:{self.name}"
+        txn, marker = f"{app_id}:{self.name}", f"{app_id}:{self.name}:{batch_id}"
         self.refresh()
         done = self.table.transaction_version(txn)
         if done is not None and int(done) >= batch_id:
             return False
+        if check_history and any(c.get("userMetadata") == marker for c in self.table.history(HISTORY)):
+            return False
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=self.arrow_schema)
         write_deltalake(self.table, data.select(self.arrow_schema.names).cast(self.arrow_schema), mode=mode,
-                        commit_properties=CommitProperties(app_transactions=[Transaction(txn, batch_id)]))
+                        commit_properties=CommitProperties(app_transactions=[Transaction(txn, batch_id)],
+                                                           custom_metadata={"userMetadata": marker}))
         return True
 
     def upsert_once(self, rows: list[dict[str, Any]], key: str, app_id: str, batch_id: int) -> bool:
@@ -135,6 +146,55 @@ class DriverTable:
         """Delete files removed longer ago than the table's ``delta.deletedFileRetentionDuration``; returns how many."""
         self.refresh()
         return len(self.table.vacuum(dry_run=False))
+
+
+#: Recent commits :meth:`DriverTable.write_once` reads for a batch's marker (as ``OnceAppender.HISTORY``).
+HISTORY = 25
+
+
+@dataclass(frozen=True)
+class TaskAppend:
+    """A table a Spark task appends to with delta-rs (:func:`append_in_task`): its name, object-store uri and the
+    store's ``options`` (secrets: they travel in the task, over Spark's encrypted RPC; never printed)."""
+
+    name: str
+    uri: str
+    options: Mapping[str, str] = field(repr=False)
+
+
+def task_append(settings: Settings, name: str) -> TaskAppend | None:
+    """:class:`TaskAppend` of lake table ``name``, or None when delta-rs cannot write it (its protocol)."""
+    try:
+        DriverTable(settings, name)
+    except DriverDeltaError:
+        return None
+    return TaskAppend(name, table_uri(settings, name), storage_options(settings))
+
+
+def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: int, *,
+                   check_history: bool) -> bool:
+    """Append ``frame`` to ``target`` once per (``app_id``, ``batch_id``) in **one Spark task** that writes the
+    Parquet files and commits with delta-rs (:meth:`DriverTable.write_once`); True when it wrote.
+
+    A Spark append of a small batch costs a job, the commit and a table-state rebuild after it (seconds on this
+    machine, whatever the batch's size); this costs one job (docs/benchmarks.md, "CDC design G")."""
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    out = StructType([StructField("written", BooleanType(), False)])
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        received = [b for b in batches if b.num_rows]
+        written = False
+        if received:
+            table = DriverTable(None, target.name, target.uri, dict(target.options))
+            written = table.write_once(pa.Table.from_batches(received), app_id, batch_id, mode="append",
+                                       check_history=check_history)
+        yield pa.RecordBatch.from_pylist([{"written": written}], schema=pa.schema([pa.field("written", pa.bool_(),
+                                                                                           False)]))
+
+    return bool(frame.coalesce(1).mapInArrow(run, out).collect()[0]["written"])
 
 
 #: Writer table features the driver writer (delta-rs) honours.

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
+from spark_jobs.delta_rs_tables import TaskAppend, append_in_task, task_append
 from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import POSITION_COLUMNS, TaskTarget, quote_ident
 from spark_jobs.silver.cdc_columns import admit_columns, new_columns
@@ -134,6 +135,8 @@ class CdcApp:
         self.appender = OnceAppender(settings)
         self._schemas: dict[str, StructType] = {}  # silver schemas (this driver is their only writer)
         self._task_targets: dict[str, TaskTarget] = {}  # silver tables MERGEd in a task with delta-rs
+        self._bronze_targets: dict[str, TaskAppend] = {}  # bronze tables appended in a task with delta-rs
+        self._first_batch: int | None = None
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         self.progress = read_json(status_path(settings)) or self.progress
 
@@ -161,6 +164,8 @@ class CdcApp:
         tables.append((QUARANTINE, quarantine_schema()))
         create_tables(self.spark, self.settings, tables)
         self._task_targets = {c.silver: target for c in CDC_TABLES.values() if (target := self._task_target(c))}
+        self._bronze_targets = {c.bronze: bronze for c in CDC_TABLES.values()
+                                if (bronze := task_append(self.settings, c.bronze))}
 
     def _task_target(self, contract: CdcTable) -> TaskTarget | None:
         """Where a Spark task MERGEs this table with delta-rs (:func:`~spark_jobs.silver.cdc.apply_changes_in_task`),
@@ -201,6 +206,8 @@ class CdcApp:
         from spark_jobs.silver.cdc import parse_tables_frame
 
         started = time.monotonic()
+        if self._first_batch is None:
+            self._first_batch = batch_id  # the only batch of this driver that can be a replay (OnceAppender)
         jobs = BatchJobs(self.spark, QUERY, batch_id, CDC)
         jobs.enter()
         app_id = query_id(self.spark, QUERY)
@@ -291,10 +298,14 @@ class CdcApp:
         from pyspark.sql import functions as F
 
         t = time.monotonic()
-        self._append(raw.where(F.col("topic") == contract.topic).select(
+        rows = raw.where(F.col("topic") == contract.topic).select(
             "key", "value", "topic", "partition", "offset", "kafka_timestamp",
-            F.lit(ingest_time).alias("ingest_time"), F.to_date(F.lit(ingest_time)).alias("ingest_date")),
-            contract.bronze, app_id, batch_id, jobs)
+            F.lit(ingest_time).alias("ingest_time"), F.to_date(F.lit(ingest_time)).alias("ingest_date"))
+        target = self._bronze_targets.get(contract.bronze)
+        if target is None:  # a table delta-rs cannot write: Spark's append
+            self._append(rows, contract.bronze, app_id, batch_id, jobs)
+        elif append_in_task(rows, target, app_id, batch_id, check_history=batch_id == self._first_batch):
+            jobs.committed()
         self.timings[f"{contract.table}.bronze"] = time.monotonic() - t
 
     def _apply(self, index: int, contract: CdcTable, parsed: DataFrame, summary: dict[str, Any], app_id: str,
