@@ -194,7 +194,8 @@ def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: 
         yield pa.RecordBatch.from_pylist([{"written": written}], schema=pa.schema([pa.field("written", pa.bool_(),
                                                                                            False)]))
 
-    return bool(frame.coalesce(1).mapInArrow(run, out).collect()[0]["written"])
+    found = frame.coalesce(1).mapInArrow(run, out).collect()  # no row: a frame of no partition, nothing written
+    return bool(found and found[0]["written"])
 
 
 #: Writer table features the driver writer (delta-rs) honours.

@@ -5,12 +5,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_jobs.delta_rs_tables import DriverDeltaError, DriverTable, check_writable, storage_options, table_uri
+from spark_jobs.delta_rs_tables import (
+    DriverDeltaError,
+    DriverTable,
+    TaskAppend,
+    append_in_task,
+    check_writable,
+    storage_options,
+    table_uri,
+)
 from spark_jobs.settings import load_settings
 
 SCHEMA = pa.schema([pa.field("window_start", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -35,6 +44,36 @@ def test_write_once_skips_a_batch_already_committed(tmp_path: Path) -> None:
     assert table.write_once([row], "q2", 1, "append") is True  # another query has its own transaction
     rows = DeltaTable(table.uri).to_pyarrow_table().to_pylist()
     assert sorted(r["orders"] for r in rows) == [3, 4]
+
+
+def test_a_batch_a_spark_append_wrote_is_found_by_its_marker_on_a_first_batch(tmp_path: Path) -> None:
+    """A Spark append (OnceAppender) sets the transaction on a driver's first batch only, the userMetadata marker
+    always: the first batch after a start also looks for the marker, later batches only for the transaction."""
+    from deltalake import CommitProperties
+
+    table = _table(tmp_path)
+    row = {"window_start": datetime(2026, 11, 22, 12, tzinfo=UTC), "orders": 3}
+    write_deltalake(table.uri, pa.Table.from_pylist([row], schema=SCHEMA), mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": "q1:hot.t:5"}))
+    assert table.write_once([row], "q1", 5, "append", check_history=True) is False
+    assert table.write_once([row], "q1", 6, "append", check_history=True) is True
+    assert DeltaTable(table.uri).history(1)[0]["userMetadata"] == "q1:hot.t:6"  # what a Spark append would find
+    assert table.write_once([row], "q1", 5, "append") is False  # below the transaction now
+    assert len(DeltaTable(table.uri).to_pyarrow_table()) == 2
+
+
+def test_append_in_a_spark_task_lands_once_per_batch(tmp_path: Path, spark: Any) -> None:
+    table = _table(tmp_path)
+    target = TaskAppend("hot.t", table.uri, {})
+    assert "options" not in repr(target)  # the object store's keys are never printed
+    frame = spark.createDataFrame([(datetime(2026, 11, 22, 12, tzinfo=UTC), n) for n in range(5)],
+                                  "window_start timestamp, orders long").repartition(3)
+    assert append_in_task(frame, target, "q1", 1, check_history=False) is True
+    assert append_in_task(frame, target, "q1", 1, check_history=True) is False  # the batch's re-run
+    assert append_in_task(frame.limit(0), target, "q1", 2, check_history=False) is False  # nothing to write
+    rows = DeltaTable(table.uri).to_pyarrow_table()
+    assert sorted(rows.column("orders").to_pylist()) == [0, 1, 2, 3, 4]
+    assert DeltaTable(table.uri).transaction_version("q1:hot.t") == 1
 
 
 def test_rows_are_cast_to_the_table_schema_and_a_bad_row_is_refused(tmp_path: Path) -> None:
