@@ -5,13 +5,13 @@ plans and commits; every record is handled in Spark tasks:
 
 1. the batch's Kafka rows are cached on the executors; one small aggregate (records and
    newest offset per topic partition) is all the driver collects;
-2. per table (tables in parallel driver threads, one writer each): the raw records are
-   appended to ``bronze.<topic>``; the Debezium envelopes are parsed in the executors'
-   Python workers (``mapInArrow``, :mod:`spark_jobs.silver.cdc_parse`); per key the newest
-   change, TOAST-filled and not older than a recorded delete, is MERGEd into
-   ``silver.<table>`` (a Delta table with deletion vectors and change data feed,
-   :func:`spark_jobs.silver.cdc.merge`), position-guarded; then the batch's deletes are
-   appended to ``silver.<table>__deleted`` (so a stale re-send cannot bring a key back);
+2. per table with changes (tables in parallel driver threads, one writer each), one Spark job: the newest
+   change per key (a window: TOAST-filled, position-ordered), then one task that drops the changes a delete
+   marker supersedes, MERGEs the rest into ``silver.<table>`` with delta-rs (position-guarded) and appends the
+   batch's deletes to ``silver.<table>__deleted`` (so a stale re-send cannot bring a key back):
+   :func:`spark_jobs.silver.cdc.apply_changes_in_task`; meanwhile one task per topic appends the raw records
+   to ``bronze.<topic>`` (:func:`spark_jobs.delta_rs_tables.append_in_task`). A table delta-rs cannot write
+   keeps Spark's MERGE and append;
 3. every record it cannot parse or apply goes to ``quarantine.cdc`` (raw bytes, reason,
    Kafka coordinates) and the stream carries on;
 4. when PostgreSQL gained a column, silver is widened (``ALTER TABLE ... ADD COLUMNS``, typed
@@ -20,10 +20,10 @@ plans and commits; every record is handled in Spark tasks:
 6. every ``LAKE_STREAM_MAINTENANCE_MINUTES`` the tables it owns are vacuumed between batches, in
    this driver (one writer per table); Delta's auto compaction runs in the writes themselves.
 
-Exactly-once: appends carry a Delta transaction (``<query id>:<table>`` = batch id), so a
-batch replayed after a crash is appended once; the MERGE is guarded by the source
-position, so re-applying it changes nothing. Order per table: MERGE, then the delete
-markers (a replay after a crash in between re-applies a no-op MERGE and appends them).
+Exactly-once: every commit carries the batch's Delta transaction (``<query id>:<table>`` = batch id), so a
+batch replayed after a crash is appended once; the MERGE is guarded by the source position too, so re-applying
+it changes nothing. Order per table: MERGE, then the delete markers (a replay after a crash in between
+re-applies a no-op MERGE and appends them).
 
 Back-pressure: ``maxOffsetsPerTrigger`` bounds every batch; ``maxRecordsPerPartition``
 splits a topic partition's range into tasks, so the parse runs in parallel.
