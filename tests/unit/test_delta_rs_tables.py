@@ -116,3 +116,20 @@ def test_uri_and_options_point_at_the_lake_bucket(monkeypatch: pytest.MonkeyPatc
     opts = storage_options(settings)
     assert opts["AWS_ACCESS_KEY_ID"] == "lake-test-key" and opts["AWS_ENDPOINT_URL"] == settings.s3_endpoint
     assert opts["AWS_ALLOW_HTTP"] == str(settings.s3_endpoint.startswith("http://")).lower()
+
+
+def test_spark_reads_a_table_past_the_checkpoints_delta_rs_writes(tmp_path: Path, spark: Any) -> None:
+    """The stream's tasks commit silver and bronze with delta-rs every batch, Spark reads them (gold, analysts,
+    OPTIMIZE): past delta-rs's checkpoint (every delta.checkpointInterval commits) Spark still reads every row."""
+    from delta.tables import DeltaTable as SparkTable
+
+    uri = str(tmp_path / "t")
+    (SparkTable.create(spark).location(uri).addColumn("id", "BIGINT", nullable=False).addColumn("v", "STRING")
+     .property("delta.enableChangeDataFeed", "true").property("delta.checkpointInterval", "5").execute())
+    table = DriverTable(None, "silver.t", uri=uri)
+    for batch in range(1, 13):
+        assert table.write_once(pa.table({"id": [batch], "v": [str(batch)]}), "q", batch, "append")
+    checkpoints = sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints, "delta-rs wrote no checkpoint: the test would prove nothing"
+    assert sorted(r["id"] for r in spark.read.format("delta").load(uri).collect()) == list(range(1, 13))
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").count() == 13
