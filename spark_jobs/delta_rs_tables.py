@@ -164,11 +164,17 @@ class TaskAppend:
 
 def task_append(settings: Settings, name: str) -> TaskAppend | None:
     """:class:`TaskAppend` of lake table ``name``, or None when delta-rs cannot write it (its protocol)."""
+    return writable_target(name, table_uri(settings, name), storage_options(settings))
+
+
+def writable_target(name: str, uri: str, options: Mapping[str, str]) -> TaskAppend | None:
+    """:class:`TaskAppend` of the table at ``uri``, or None when delta-rs cannot write it (:func:`check_writable`:
+    deletion vectors, say): the caller then writes it with Spark."""
     try:
-        DriverTable(settings, name)
+        DriverTable(None, name, uri, dict(options))
     except DriverDeltaError:
         return None
-    return TaskAppend(name, table_uri(settings, name), storage_options(settings))
+    return TaskAppend(name, uri, options)
 
 
 def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: int, *,

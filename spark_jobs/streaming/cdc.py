@@ -171,18 +171,13 @@ class CdcApp:
         """Where a Spark task MERGEs this table with delta-rs (:func:`~spark_jobs.silver.cdc.apply_changes_in_task`),
         or None when delta-rs cannot write it (a silver table with deletion vectors, from before they were turned
         off): then Spark's MERGE applies it, slower (docs/benchmarks.md, "CDC design G")."""
-        from spark_jobs.delta_rs_tables import DriverDeltaError, DriverTable, storage_options, table_uri
-
-        try:
-            for name in (contract.silver, contract.deleted):
-                DriverTable(self.settings, name)
-        except DriverDeltaError as exc:
-            log.warning("lake stream: %s is applied by Spark's MERGE, not in a task with delta-rs (%s)",
-                        contract.silver, exc)
+        silver, markers = task_append(self.settings, contract.silver), task_append(self.settings, contract.deleted)
+        if silver is None or markers is None:
+            log.warning("lake stream: %s is applied by Spark's MERGE, not in a task with delta-rs (its protocol, or "
+                        "its markers', has features delta-rs does not write, e.g. deletion vectors)", contract.silver)
             return None
         # app_id: the query's id, known once it runs (_apply sets it).
-        return TaskTarget(contract.silver, table_uri(self.settings, contract.silver), contract.deleted,
-                          table_uri(self.settings, contract.deleted), storage_options(self.settings), app_id="")
+        return TaskTarget(silver.name, silver.uri, markers.name, markers.uri, silver.options, app_id="")
 
     @staticmethod
     def _refuse_old_layout(contract: CdcTable, silver_views: set[str]) -> None:

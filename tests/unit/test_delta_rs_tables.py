@@ -19,6 +19,7 @@ from spark_jobs.delta_rs_tables import (
     check_writable,
     storage_options,
     table_uri,
+    writable_target,
 )
 from spark_jobs.settings import load_settings
 
@@ -133,3 +134,16 @@ def test_spark_reads_a_table_past_the_checkpoints_delta_rs_writes(tmp_path: Path
     assert checkpoints, "delta-rs wrote no checkpoint: the test would prove nothing"
     assert sorted(r["id"] for r in spark.read.format("delta").load(uri).collect()) == list(range(1, 13))
     assert spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").count() == 13
+
+
+def test_a_table_with_deletion_vectors_is_left_to_spark(tmp_path: Path, spark: Any) -> None:
+    """The streaming app writes a table in a task with delta-rs only when delta-rs can: a silver table of an older
+    lake (deletion vectors) keeps Spark's MERGE and append."""
+    from delta.tables import DeltaTable as SparkTable
+
+    for name, vectors in (("old", "true"), ("new", "false")):
+        (SparkTable.create(spark).location(str(tmp_path / name)).addColumn("id", "BIGINT", nullable=False)
+         .property("delta.enableDeletionVectors", vectors).property("delta.enableChangeDataFeed", "true").execute())
+    assert writable_target("silver.old", str(tmp_path / "old"), {}) is None
+    target = writable_target("silver.new", str(tmp_path / "new"), {})
+    assert target is not None and target.uri == str(tmp_path / "new")
