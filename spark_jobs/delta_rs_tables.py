@@ -95,6 +95,16 @@ class DriverTable:
             return pa.table(self.table.to_pyarrow_table(columns=columns))
         return pa.table(self.table.to_pyarrow_dataset().to_table(columns=columns, filter=where))
 
+    def txn(self, app_id: str) -> str:
+        """The Delta transaction id of ``app_id``'s commits to this table: ``<app_id>:<table>``."""
+        return f"{app_id}:{self.name}"
+
+    def committed(self, app_id: str, batch_id: int) -> bool:
+        """Whether ``app_id`` committed batch ``batch_id`` (or a later one) to this table (its Delta transaction)."""
+        self.refresh()
+        done = self.table.transaction_version(self.txn(app_id))
+        return done is not None and int(done) >= batch_id
+
     def write_once(self, rows: list[dict[str, Any]] | pa.Table, app_id: str, batch_id: int,
                    mode: Literal["append", "overwrite"], *, check_history: bool = False) -> bool:
         """Commit ``rows`` once for (``app_id``, ``batch_id``); False when that batch was already committed.
@@ -106,10 +116,8 @@ class DriverTable:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        txn, marker = f"{app_id}:{self.name}", f"{app_id}:{self.name}:{batch_id}"
-        self.refresh()
-        done = self.table.transaction_version(txn)
-        if done is not None and int(done) >= batch_id:
+        txn, marker = self.txn(app_id), batch_marker(app_id, self.name, batch_id)
+        if self.committed(app_id, batch_id):
             return False
         if check_history and any(c.get("userMetadata") == marker for c in self.table.history(HISTORY)):
             return False
@@ -126,10 +134,8 @@ class DriverTable:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction
 
-        txn = f"{app_id}:{self.name}"
-        self.refresh()
-        done = self.table.transaction_version(txn)
-        if done is not None and int(done) >= batch_id:
+        txn = self.txn(app_id)
+        if self.committed(app_id, batch_id):
             return False
         source = pa.Table.from_pylist(rows, schema=self.arrow_schema)
         (self.table.merge(source, f"t.{key} = s.{key}", source_alias="s", target_alias="t",
@@ -148,8 +154,14 @@ class DriverTable:
         return len(self.table.vacuum(dry_run=False))
 
 
-#: Recent commits :meth:`DriverTable.write_once` reads for a batch's marker (as ``OnceAppender.HISTORY``).
+#: Recent commits read back for a batch's marker (:meth:`DriverTable.write_once`, ``OnceAppender``): a batch's
+#: append plus Delta's own follow-ups (a compaction, a MERGE of the same batch) are far fewer.
 HISTORY = 25
+
+
+def batch_marker(app_id: str, table: str, batch_id: int) -> str:
+    """The ``userMetadata`` of ``app_id``'s commit of batch ``batch_id`` to ``table`` (Spark and delta-rs writes)."""
+    return f"{app_id}:{table}:{batch_id}"
 
 
 @dataclass(frozen=True)
@@ -161,6 +173,10 @@ class TaskAppend:
     uri: str
     options: Mapping[str, str] = field(repr=False)
 
+    def open(self) -> DriverTable:
+        """The table, opened where this runs (a Spark task)."""
+        return DriverTable(None, self.name, self.uri, dict(self.options))
+
 
 def task_append(settings: Settings, name: str) -> TaskAppend | None:
     """:class:`TaskAppend` of lake table ``name``, or None when delta-rs cannot write it (its protocol)."""
@@ -170,11 +186,12 @@ def task_append(settings: Settings, name: str) -> TaskAppend | None:
 def writable_target(name: str, uri: str, options: Mapping[str, str]) -> TaskAppend | None:
     """:class:`TaskAppend` of the table at ``uri``, or None when delta-rs cannot write it (:func:`check_writable`:
     deletion vectors, say): the caller then writes it with Spark."""
+    target = TaskAppend(name, uri, options)
     try:
-        DriverTable(None, name, uri, dict(options))
+        target.open()
     except DriverDeltaError:
         return None
-    return TaskAppend(name, uri, options)
+    return target
 
 
 def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: int, *,
@@ -184,9 +201,11 @@ def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: 
 
     A Spark append of a small batch costs a job, the commit and a table-state rebuild after it (seconds on this
     machine, whatever the batch's size); this costs one job (docs/benchmarks.md, "CDC design G")."""
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import BooleanType, StructField, StructType
 
     out = StructType([StructField("written", BooleanType(), False)])
+    arrow_out = to_arrow_schema(out)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -194,11 +213,9 @@ def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: 
         received = [b for b in batches if b.num_rows]
         written = False
         if received:
-            table = DriverTable(None, target.name, target.uri, dict(target.options))
-            written = table.write_once(pa.Table.from_batches(received), app_id, batch_id, mode="append",
-                                       check_history=check_history)
-        yield pa.RecordBatch.from_pylist([{"written": written}], schema=pa.schema([pa.field("written", pa.bool_(),
-                                                                                           False)]))
+            written = target.open().write_once(pa.Table.from_batches(received), app_id, batch_id, mode="append",
+                                               check_history=check_history)
+        yield pa.RecordBatch.from_pylist([{"written": written}], schema=arrow_out)
 
     found = frame.coalesce(1).mapInArrow(run, out).collect()  # no row: a frame of no partition, nothing written
     return bool(found and found[0]["written"])

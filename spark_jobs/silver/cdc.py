@@ -69,7 +69,7 @@ are parsed again with the wider schema, so nothing is lost meanwhile.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StringType, StructType
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from delta.tables import DeltaTable
     from pyspark.sql import DataFrame
 
-    from spark_jobs.delta_rs_tables import DriverTable
+    from spark_jobs.delta_rs_tables import DriverTable, TaskAppend
 
 #: Debezium's stand-in for an unchanged TOASTed value it could not read from the WAL.
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
@@ -351,15 +351,12 @@ def merge(target: DeltaTable, source: DataFrame, keys: Sequence[str], toastable:
 
 @dataclass(frozen=True)
 class TaskTarget:
-    """One table's writes for :func:`apply_changes_in_task`: ``silver.<t>`` and its delete markers, at their
-    object-store uris with the store's ``options`` (secrets: they travel in the task, over Spark's encrypted RPC),
-    and ``app_id``, the prefix of each commit's Delta transaction (``<app_id>:<table>`` = the batch id)."""
+    """One table's writes for :func:`apply_changes_in_task`: ``silver.<t>`` and its delete markers (each where a
+    Spark task opens it with delta-rs), and ``app_id``, the prefix of each commit's Delta transaction
+    (``<app_id>:<table>`` = the batch id)."""
 
-    silver: str
-    silver_uri: str
-    markers: str
-    markers_uri: str
-    options: Mapping[str, str] = field(repr=False)  # never printed: it holds the object store's keys
+    silver: TaskAppend
+    markers: TaskAppend
     app_id: str = ""
 
 
@@ -400,7 +397,7 @@ def apply_changes_in_task(changes: DataFrame, columns: StructType, keys: Sequenc
 
     found = source.coalesce(1).mapInArrow(run, out).collect()
     if len(found) != 1:
-        raise RuntimeError(f"{target.silver}: the MERGE task of batch {batch_id} reported {len(found)} rows, not 1")
+        raise RuntimeError(f"{target.silver.name}: the MERGE task of batch {batch_id} reported {len(found)} rows, not 1")
     return found[0].asDict()
 
 
@@ -414,15 +411,12 @@ def merge_batches(batches: Iterable[pa.RecordBatch], target: TaskTarget, keys: S
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_jobs.delta_rs_tables import DriverTable
-
     started = time.monotonic()
     counts = dict.fromkeys((name for name, _ in APPLIED_FIELDS), 0)
     received = [b for b in batches if b.num_rows]
     if received:
         source = pa.Table.from_batches(received)
-        silver = DriverTable(None, target.silver, target.silver_uri, dict(target.options))
-        markers = DriverTable(None, target.markers, target.markers_uri, dict(target.options))
+        silver, markers = target.silver.open(), target.markers.open()
         kept = drop_superseded(source, markers, keys)
         counts["changes"], counts["superseded"] = source.num_rows, source.num_rows - kept.num_rows
         if kept.num_rows:
@@ -480,10 +474,8 @@ def merge_once(table: DriverTable, source: pa.Table, keys: Sequence[str], toasta
     import pyarrow.compute as pc
     from deltalake import CommitProperties, Transaction
 
-    txn = f"{app_id}:{table.name}"
-    table.refresh()
-    done = table.table.transaction_version(txn)
-    if done is not None and int(done) >= batch_id:
+    txn = table.txn(app_id)
+    if table.committed(app_id, batch_id):
         return None
     plan = merge_plan(keys, source.column_names, toastable, quote=quote_sql)
     is_delete = pc.equal(source["_op"], "d")

@@ -136,7 +136,6 @@ class CdcApp:
         self._schemas: dict[str, StructType] = {}  # silver schemas (this driver is their only writer)
         self._task_targets: dict[str, TaskTarget] = {}  # silver tables MERGEd in a task with delta-rs
         self._bronze_targets: dict[str, TaskAppend] = {}  # bronze tables appended in a task with delta-rs
-        self._first_batch: int | None = None
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         self.progress = read_json(status_path(settings)) or self.progress
 
@@ -176,8 +175,7 @@ class CdcApp:
             log.warning("lake stream: %s is applied by Spark's MERGE, not in a task with delta-rs (its protocol, or "
                         "its markers', has features delta-rs does not write, e.g. deletion vectors)", contract.silver)
             return None
-        # app_id: the query's id, known once it runs (_apply sets it).
-        return TaskTarget(silver.name, silver.uri, markers.name, markers.uri, silver.options, app_id="")
+        return TaskTarget(silver, markers)  # app_id: the query's id, known once it runs (_apply sets it)
 
     @staticmethod
     def _refuse_old_layout(contract: CdcTable, silver_views: set[str]) -> None:
@@ -201,8 +199,6 @@ class CdcApp:
         from spark_jobs.silver.cdc import parse_tables_frame
 
         started = time.monotonic()
-        if self._first_batch is None:
-            self._first_batch = batch_id  # the only batch of this driver that can be a replay (OnceAppender)
         jobs = BatchJobs(self.spark, QUERY, batch_id, CDC)
         jobs.enter()
         app_id = query_id(self.spark, QUERY)
@@ -299,7 +295,7 @@ class CdcApp:
         target = self._bronze_targets.get(contract.bronze)
         if target is None:  # a table delta-rs cannot write: Spark's append
             self._append(rows, contract.bronze, app_id, batch_id, jobs)
-        elif append_in_task(rows, target, app_id, batch_id, check_history=batch_id == self._first_batch):
+        elif append_in_task(rows, target, app_id, batch_id, check_history=self.appender.is_first(batch_id)):
             jobs.committed()
         self.timings[f"{contract.table}.bronze"] = time.monotonic() - t
 

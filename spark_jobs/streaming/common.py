@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import kafka_auth, logs
 from spark_jobs.contracts.tables import TABLES, lake_table
+from spark_jobs.delta_rs_tables import HISTORY, batch_marker
 from spark_jobs.settings import Settings
 from spark_jobs.table_io import table_location
 
@@ -149,22 +150,26 @@ class OnceAppender:
     and batch on a CDC batch of 200 changes (docs/benchmarks.md, "Idempotent writes").
     """
 
-    #: Commits of a table read back for the marker: a batch's append plus Delta's own follow-ups (auto
-    #: compaction, a MERGE of the same batch) are far fewer.
-    HISTORY = 25
+    #: Commits of a table read back for the marker.
+    HISTORY = HISTORY
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.first_batch: int | None = None
 
-    def append(self, frame: DataFrame, table: str, app_id: str, batch_id: int) -> bool:
-        """Append ``frame`` to ``table`` for ``batch_id`` unless it landed already; True if written."""
+    def is_first(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` is this driver's first batch (the first call names it): the only one whose writes
+        may have landed in part before a restart, so the only one checked against the tables' recent markers."""
         if self.first_batch is None:
             self.first_batch = batch_id
-        marker = f"{app_id}:{table}:{batch_id}"
+        return batch_id == self.first_batch
+
+    def append(self, frame: DataFrame, table: str, app_id: str, batch_id: int) -> bool:
+        """Append ``frame`` to ``table`` for ``batch_id`` unless it landed already; True if written."""
+        marker = batch_marker(app_id, table, batch_id)
         location = table_location(self.settings, table)
         writer = frame.write.format("delta").mode("append").option("userMetadata", marker)
-        if batch_id == self.first_batch:
+        if self.is_first(batch_id):
             if marker in self._recent_markers(frame.sparkSession, location):
                 log.info("lake stream: %s already holds batch %d (a replay after a restart): not appended again",
                          table, batch_id)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from spark_jobs.delta_rs_tables import TaskAppend
 from spark_jobs.silver.cdc import (
     UNAVAILABLE_VALUE,
     TaskTarget,
@@ -121,7 +122,8 @@ class Lake:
         return DeltaTable.forPath(self.spark, self.silver_path).toDF().schema
 
     def target(self) -> TaskTarget:
-        return TaskTarget("silver.orders", self.silver_path, "silver.orders__deleted", self.deleted_path, {}, "app")
+        return TaskTarget(TaskAppend("silver.orders", self.silver_path, {}),
+                          TaskAppend("silver.orders__deleted", self.deleted_path, {}), "app")
 
     def current(self) -> list[dict[str, Any]]:
         return [r.asDict() for r in self.spark.read.format("delta").load(self.silver_path).collect()]
