@@ -221,6 +221,42 @@ def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: 
     return bool(found and found[0]["written"])
 
 
+def append_split_in_task(frame: DataFrame, by: str, targets: Mapping[str, TaskAppend], app_id: str, batch_id: int,
+                         *, check_history: bool) -> list[str]:
+    """Append each value's rows of ``frame`` (column ``by``: ``targets``' keys, e.g. a Kafka topic) to its target,
+    once per (``app_id``, ``batch_id``), in **one Spark task** that reads ``frame`` once, splits it in Arrow and
+    commits every table with delta-rs (:meth:`DriverTable.write_once`); returns the names of the tables it wrote.
+    Rows of a value ``targets`` lacks are not written (the caller writes them another way).
+
+    One task for the CDC batch's four bronze tables instead of one :func:`append_in_task` each: each of those
+    scanned the whole cached batch and shipped its topic to Python, four jobs and four scans per batch
+    (docs/benchmarks.md, "CDC: the bronze appends as one task")."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    out = StructType([StructField("written", StringType(), False)])
+    arrow_out = to_arrow_schema(out)
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        received = [b for b in batches if b.num_rows]
+        written: list[str] = []
+        if received:
+            rows = pa.Table.from_batches(received)
+            for value in pc.unique(rows[by]).to_pylist():
+                target = targets.get(value) if value is not None else None
+                if target is None:
+                    continue
+                part = rows.filter(pc.equal(rows[by], value))
+                if target.open().write_once(part, app_id, batch_id, mode="append", check_history=check_history):
+                    written.append(target.name)
+        yield pa.RecordBatch.from_pylist([{"written": name} for name in written], schema=arrow_out)
+
+    return [row["written"] for row in frame.coalesce(1).mapInArrow(run, out).collect()]
+
+
 #: Writer table features the driver writer (delta-rs) honours.
 DRIVER_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "changeDataFeed"})
 

@@ -9,9 +9,9 @@ plans and commits; every record is handled in Spark tasks:
    change per key (a window: TOAST-filled, position-ordered), then one task that drops the changes a delete
    marker supersedes, MERGEs the rest into ``silver.<table>`` with delta-rs (position-guarded) and appends the
    batch's deletes to ``silver.<table>__deleted`` (so a stale re-send cannot bring a key back):
-   :func:`spark_jobs.silver.cdc.apply_changes_in_task`; meanwhile one task per topic appends the raw records
-   to ``bronze.<topic>`` (:func:`spark_jobs.delta_rs_tables.append_in_task`). A table delta-rs cannot write
-   keeps Spark's MERGE and append;
+   :func:`spark_jobs.silver.cdc.apply_changes_in_task`; meanwhile one task appends the raw records of every
+   topic to its ``bronze.<topic>`` (:func:`spark_jobs.delta_rs_tables.append_split_in_task`). A table delta-rs
+   cannot write keeps Spark's MERGE and append;
 3. every record it cannot parse or apply goes to ``quarantine.cdc`` (raw bytes, reason,
    Kafka coordinates) and the stream carries on;
 4. when PostgreSQL gained a column, silver is widened (``ALTER TABLE ... ADD COLUMNS``, typed
@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
-from spark_jobs.delta_rs_tables import TaskAppend, append_in_task, task_append
+from spark_jobs.delta_rs_tables import TaskAppend, append_split_in_task, task_append
 from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import POSITION_COLUMNS, TaskTarget, quote_ident
 from spark_jobs.silver.cdc_columns import admit_columns, new_columns
@@ -232,8 +232,8 @@ class CdcApp:
             per_partition = summary["partitions"]
             topics = summary["tables"]
             with ThreadPoolExecutor(max_workers=2 * len(self.contracts) + 1, thread_name_prefix="cdc") as pool:
-                bronze = [pool.submit(jobs.wrap(self._bronze, ARCHIVE), c, raw, ingest_time, app_id, batch_id, jobs)
-                          for c in self.contracts if c.topic in topics]
+                bronze = [pool.submit(jobs.wrap(self._bronze, ARCHIVE), [c for c in self.contracts if c.topic in topics],
+                                      raw, ingest_time, app_id, batch_id, jobs)]
                 tables = [pool.submit(jobs.wrap(self._apply), i, c, parsed, topics[c.topic], app_id, batch_id, jobs)
                           for i, c in enumerate(self.contracts) if topics.get(c.topic, {}).get("changes")]
                 rejects = sum(int(t.get("rejects") or 0) for t in topics.values())
@@ -284,20 +284,24 @@ class CdcApp:
         return {"partitions": [r for r in rows if r["partition"] is not None],
                 "tables": {r["topic"]: r for r in rows if r["partition"] is None}}
 
-    def _bronze(self, contract: CdcTable, raw: DataFrame, ingest_time: datetime, app_id: str, batch_id: int,
-                jobs: BatchJobs) -> None:
+    def _bronze(self, contracts: Sequence[CdcTable], raw: DataFrame, ingest_time: datetime, app_id: str,
+                batch_id: int, jobs: BatchJobs) -> None:
+        """The batch's raw records -> ``bronze.<topic>`` of each of ``contracts``: one Spark task appends them all
+        with delta-rs (:func:`~spark_jobs.delta_rs_tables.append_split_in_task`); a table delta-rs cannot write
+        gets Spark's append."""
         from pyspark.sql import functions as F
 
         t = time.monotonic()
-        rows = raw.where(F.col("topic") == contract.topic).select(
-            "key", "value", "topic", "partition", "offset", "kafka_timestamp",
-            F.lit(ingest_time).alias("ingest_time"), F.to_date(F.lit(ingest_time)).alias("ingest_date"))
-        target = self._bronze_targets.get(contract.bronze)
-        if target is None:  # a table delta-rs cannot write: Spark's append
-            self._append(rows, contract.bronze, app_id, batch_id, jobs)
-        elif append_in_task(rows, target, app_id, batch_id, check_history=self.appender.is_first(batch_id)):
-            jobs.committed()
-        self.timings[f"{contract.table}.bronze"] = time.monotonic() - t
+        rows = raw.select("key", "value", "topic", "partition", "offset", "kafka_timestamp",
+                          F.lit(ingest_time).alias("ingest_time"), F.to_date(F.lit(ingest_time)).alias("ingest_date"))
+        in_task = {c.topic: target for c in contracts if (target := self._bronze_targets.get(c.bronze))}
+        for contract in contracts:
+            if contract.topic not in in_task:
+                self._append(rows.where(F.col("topic") == contract.topic), contract.bronze, app_id, batch_id, jobs)
+        if in_task:
+            jobs.committed(len(append_split_in_task(rows, "topic", in_task, app_id, batch_id,
+                                                    check_history=self.appender.is_first(batch_id))))
+        self.timings["bronze"] = time.monotonic() - t
 
     def _apply(self, index: int, contract: CdcTable, parsed: DataFrame, summary: dict[str, Any], app_id: str,
                batch_id: int, jobs: BatchJobs) -> None:

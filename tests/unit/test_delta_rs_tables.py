@@ -16,6 +16,7 @@ from spark_jobs.delta_rs_tables import (
     DriverTable,
     TaskAppend,
     append_in_task,
+    append_split_in_task,
     check_writable,
     storage_options,
     table_uri,
@@ -75,6 +76,26 @@ def test_append_in_a_spark_task_lands_once_per_batch(tmp_path: Path, spark: Any)
     rows = DeltaTable(table.uri).to_pyarrow_table()
     assert sorted(rows.column("orders").to_pylist()) == [0, 1, 2, 3, 4]
     assert DeltaTable(table.uri).transaction_version("q1:hot.t") == 1
+
+
+def test_split_append_writes_each_value_to_its_table_once_in_one_task(tmp_path: Path, spark: Any) -> None:
+    """The CDC bronze appends: one task splits the batch by topic, each table gets its rows once; a topic with no
+    target is left to the caller."""
+    schema = pa.schema([pa.field("topic", pa.string()), pa.field("n", pa.int64())])
+    tables = {}
+    for topic in ("a", "b"):
+        uri = str(tmp_path / topic)
+        write_deltalake(uri, pa.Table.from_pylist([], schema=schema), mode="error")
+        tables[topic] = TaskAppend(f"bronze.{topic}", uri, {})
+    frame = spark.createDataFrame([(t, n) for n, t in enumerate("aabacab")], "topic string, n long").repartition(3)
+    assert sorted(append_split_in_task(frame, "topic", tables, "q1", 4, check_history=False)) == ["bronze.a",
+                                                                                                   "bronze.b"]
+    assert append_split_in_task(frame, "topic", tables, "q1", 4, check_history=True) == []  # the batch's re-run
+    assert sorted(DeltaTable(tables["a"].uri).to_pyarrow_table().column("n").to_pylist()) == [0, 1, 3, 5]
+    assert sorted(DeltaTable(tables["b"].uri).to_pyarrow_table().column("n").to_pylist()) == [2, 6]
+    for target in tables.values():
+        assert DeltaTable(target.uri).transaction_version(f"q1:{target.name}") == 4
+        assert DeltaTable(target.uri).version() == 1  # one commit each: created, then the batch
 
 
 def test_rows_are_cast_to_the_table_schema_and_a_bad_row_is_refused(tmp_path: Path) -> None:
