@@ -95,6 +95,15 @@ class DriverTable:
             return pa.table(self.table.to_pyarrow_table(columns=columns))
         return pa.table(self.table.to_pyarrow_dataset().to_table(columns=columns, filter=where))
 
+    def size_bytes(self) -> int:
+        """Bytes of the current version's data files (the log's add actions; no listing, no data read)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.refresh()
+        total = pc.sum(pa.table(self.table.get_add_actions(flatten=True))["size_bytes"]).as_py()
+        return int(total or 0)
+
     def txn(self, app_id: str) -> str:
         """The Delta transaction id of ``app_id``'s commits to this table: ``<app_id>:<table>``."""
         return f"{app_id}:{self.name}"

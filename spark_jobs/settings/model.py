@@ -194,6 +194,10 @@ class Settings(BaseSettings):
         "CDC batches: at most this many Kafka records per Spark task (maxRecordsPerPartition). Records with TOASTed "
         "text are 10-30 KB; smaller tasks keep the driver's heap from holding a whole backlog batch."))
     stream_trigger_seconds: int = 2
+    cdc_task_merge_max_mb: int = Field(512, description=(
+        "CDC: a silver table whose files exceed this many MB leaves the delta-rs MERGE in a Spark task (copy-on-write: "
+        "each batch rewrites every file holding a changed row, with random updates the whole table) for Spark's MERGE "
+        "with deletion vectors (a fixed cost of seconds per batch, but not growing with the table); one-way. 0: never."))
     stream_maintenance_minutes: int = 60
     stream_driver_memory: str = Field("6g", description=(
         "Heap of the streaming app's JVM: in local mode its executors too (the Kafka batches, the parse, the MERGE "

@@ -99,6 +99,10 @@ def _check_streaming(s: Settings) -> None:
     if s.stream_max_records_per_task < 1:
         raise SettingsError(f"LAKE_STREAM_MAX_RECORDS_PER_TASK={s.stream_max_records_per_task} must be >= 1 (Kafka "
                             "records per Spark task of a CDC batch; 10000 is the default)")
+    if s.cdc_task_merge_max_mb < 0:
+        raise SettingsError(f"LAKE_CDC_TASK_MERGE_MAX_MB={s.cdc_task_merge_max_mb} must be >= 0 (MB of a silver CDC "
+                            "table above which Spark's MERGE with deletion vectors applies it; 0: never; 512 is the "
+                            "default)")
     unknown_queries = sorted(set(s.stream_query_list) - set(STREAM_QUERIES))
     if unknown_queries or not s.stream_query_list:
         raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "

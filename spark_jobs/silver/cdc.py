@@ -362,7 +362,8 @@ class TaskTarget:
 
 #: What :func:`apply_changes_in_task` reports per table and batch (one row, from its one task).
 APPLIED_FIELDS = (("changes", "long"), ("superseded", "long"), ("updated", "long"), ("inserted", "long"),
-                  ("deleted", "long"), ("markers", "long"), ("commits", "long"), ("seconds", "double"))
+                  ("deleted", "long"), ("markers", "long"), ("commits", "long"), ("table_bytes", "long"),
+                  ("seconds", "double"))
 
 
 def applied_schema() -> StructType:
@@ -433,6 +434,7 @@ def merge_batches(batches: Iterable[pa.RecordBatch], target: TaskTarget, keys: S
             if deletes.num_rows and markers.write_once(deletes, target.app_id, batch_id, mode="append"):
                 counts["commits"] += 1
                 counts["markers"] = deletes.num_rows
+        counts["table_bytes"] = silver.size_bytes()
     counts["seconds"] = round(time.monotonic() - started, 3)  # type: ignore[assignment]
     return pa.RecordBatch.from_pylist([counts], schema=out)
 

@@ -319,6 +319,7 @@ class CdcApp:
                                             replace(target, app_id=app_id), batch_id)
             jobs.committed(int(applied["commits"]))
             self.timings[f"{contract.table}.silver.task"] = float(applied["seconds"])
+            self._leave_task_merge_if_large(contract, int(applied["table_bytes"]))
         else:
             self._apply_with_spark(contract, changes, summary, app_id, batch_id, jobs)
         self.timings[f"{contract.table}.silver.apply"] = time.monotonic() - t
@@ -329,6 +330,22 @@ class CdcApp:
                 newest = summary["newest"]
                 newest = (newest if newest.tzinfo else newest.replace(tzinfo=UTC)).isoformat()
                 table_progress["newest_change"] = max(newest, table_progress.get("newest_change", ""))
+
+    def _leave_task_merge_if_large(self, contract: CdcTable, size: int) -> None:
+        """Past ``LAKE_CDC_TASK_MERGE_MAX_MB``, turn deletion vectors on for ``silver.<t>`` and apply it with Spark's
+        MERGE from the next batch on, for good: delta-rs writes no deletion vectors, so its MERGE rewrites every file
+        holding a changed row, and random updates touch them all (the whole table per batch); Spark's MERGE with
+        deletion vectors costs seconds per batch, but not more as the table grows (docs/benchmarks.md, "CDC: large
+        silver tables"). Run by this table's own apply thread, its only writer, between two of its commits."""
+        limit = self.settings.cdc_task_merge_max_mb * 1024 * 1024
+        if not limit or size <= limit:
+            return
+        log.warning("lake stream: %s holds %.0f MB of files, more than LAKE_CDC_TASK_MERGE_MAX_MB=%d: deletion vectors "
+                    "on, Spark's MERGE applies it from the next batch (a copy-on-write MERGE rewrote the table's "
+                    "changed files every batch)", contract.silver, size / 2**20, self.settings.cdc_task_merge_max_mb)
+        self.spark.sql(f"ALTER TABLE {contract.silver} SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        with self._lock:
+            self._task_targets.pop(contract.silver, None)
 
     def _apply_with_spark(self, contract: CdcTable, changes: DataFrame, summary: dict[str, Any], app_id: str,
                           batch_id: int, jobs: BatchJobs) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -85,6 +85,18 @@ def quarantine_schema() -> StructType:
     ])
 
 
+#: Properties a table's writer may turn on for good (the CDC stream enables deletion vectors on a silver table past
+#: ``LAKE_CDC_TASK_MERGE_MAX_MB``): :func:`create_table` does not turn them off again.
+TURNED_ON_BY_WRITER = frozenset({"delta.enableDeletionVectors"})
+
+
+def properties_to_set(declared: Mapping[str, str], current: Mapping[str, str]) -> dict[str, str]:
+    """The ``declared`` table properties an existing table lacks or holds otherwise, except one its writer turned on
+    for good (:data:`TURNED_ON_BY_WRITER`)."""
+    return {k: v for k, v in declared.items()
+            if current.get(k) != v and not (k in TURNED_ON_BY_WRITER and current.get(k) == "true")}
+
+
 def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
                  exists: bool | None = None) -> None:
     """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, partitioned and with the properties
@@ -105,7 +117,7 @@ def create_table(spark: SparkSession, settings: Settings, name: str, schema: Str
     if entry.properties and exists is not False:
         detail = DeltaTable.forName(spark, name).detail().select("properties").head()
         current = (detail[0] if detail else None) or {}
-        missing = {k: v for k, v in entry.properties.items() if current.get(k) != v}
+        missing = properties_to_set(entry.properties, current)
         if missing:
             spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ("
                       + ", ".join(f"'{k}' = '{v}'" for k, v in sorted(missing.items())) + ")")

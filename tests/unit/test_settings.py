@@ -98,6 +98,7 @@ def test_a_bad_value_in_the_env_file_is_named_too(tmp_path: Path) -> None:
         ("LAKE_S3_ENDPOINT", "minio:9000", "must start with http:// or https://"),
         ("LAKE_KAFKA_BOOTSTRAPS", "x", "unknown setting(s) LAKE_KAFKA_BOOTSTRAPS"),
         ("LAKE_STREAM_MAX_RECORDS_PER_TASK", "0", "LAKE_STREAM_MAX_RECORDS_PER_TASK=0 must be >= 1"),
+        ("LAKE_CDC_TASK_MERGE_MAX_MB", "-1", "LAKE_CDC_TASK_MERGE_MAX_MB=-1 must be >= 0"),
     ],
 )
 def test_bad_settings_name_the_problem(tmp_path: Path, var: str, value: str, message: str) -> None:
