@@ -194,7 +194,7 @@ class Settings(BaseSettings):
         "CDC batches: at most this many Kafka records per Spark task (maxRecordsPerPartition). Records with TOASTed "
         "text are 10-30 KB; smaller tasks keep the driver's heap from holding a whole backlog batch."))
     stream_trigger_seconds: int = 2
-    cdc_task_merge_max_mb: int = Field(512, description=(
+    cdc_task_merge_max_mb: int = Field(128, description=(
         "CDC: a silver table whose files exceed this many MB leaves the delta-rs MERGE in a Spark task (copy-on-write: "
         "each batch rewrites every file holding a changed row, with random updates the whole table) for Spark's MERGE "
         "with deletion vectors (a fixed cost of seconds per batch, but not growing with the table); one-way. 0: never."))

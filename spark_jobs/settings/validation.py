@@ -101,7 +101,7 @@ def _check_streaming(s: Settings) -> None:
                             "records per Spark task of a CDC batch; 10000 is the default)")
     if s.cdc_task_merge_max_mb < 0:
         raise SettingsError(f"LAKE_CDC_TASK_MERGE_MAX_MB={s.cdc_task_merge_max_mb} must be >= 0 (MB of a silver CDC "
-                            "table above which Spark's MERGE with deletion vectors applies it; 0: never; 512 is the "
+                            "table above which Spark's MERGE with deletion vectors applies it; 0: never; 128 is the "
                             "default)")
     unknown_queries = sorted(set(s.stream_query_list) - set(STREAM_QUERIES))
     if unknown_queries or not s.stream_query_list:
