@@ -24,6 +24,7 @@ from spark_jobs import kafka_auth
 from spark_jobs.contracts.shop import CUSTOMERS
 from spark_jobs.settings import Settings
 from spark_jobs.stack import manager, supervisor
+from spark_jobs.waits import poll
 from tests.cdc_fuzz import FORGED_PREFIX, Fuzzed, bad_record, good_record, sample, tombstone
 from tests.integration.lakehelpers import lake_sql, start_streaming, wait_and_verify_cdc, wait_stream
 
@@ -102,7 +103,9 @@ def _micros(value: Any) -> Any:
 # (valid_to_after_valid_from: README Known limits), which would fail the gold, DQ and serving tests after it.
 @pytest.mark.runs_last
 def test_fuzzed_poison_is_quarantined_good_records_applied_and_the_stream_keeps_running(cdc: Settings) -> None:
-    before = supervisor.program_info(cdc, "stream") or {}
+    # A test before this one may have just restarted the stream: supervisord calls it RUNNING after startsecs (45 s).
+    before = poll(lambda: info if (info := supervisor.program_info(cdc, "stream") or {}).get("statename") == "RUNNING"
+                  else None, timeout=180, every=2) or supervisor.program_info(cdc, "stream") or {}
     assert before.get("statename") == "RUNNING", before
     rows = _row_schema()
     keys = list(CUSTOMERS.keys)
