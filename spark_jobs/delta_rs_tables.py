@@ -175,7 +175,7 @@ def batch_marker(app_id: str, table: str, batch_id: int) -> str:
 
 @dataclass(frozen=True)
 class TaskAppend:
-    """A table a Spark task appends to with delta-rs (:func:`append_in_task`): its name, object-store uri and the
+    """A table a Spark task appends to with delta-rs (:func:`append_split_in_task`): its name, object-store uri and the
     store's ``options`` (secrets: they travel in the task, over Spark's encrypted RPC; never printed)."""
 
     name: str
@@ -203,33 +203,6 @@ def writable_target(name: str, uri: str, options: Mapping[str, str]) -> TaskAppe
     return target
 
 
-def append_in_task(frame: DataFrame, target: TaskAppend, app_id: str, batch_id: int, *,
-                   check_history: bool) -> bool:
-    """Append ``frame`` to ``target`` once per (``app_id``, ``batch_id``) in **one Spark task** that writes the
-    Parquet files and commits with delta-rs (:meth:`DriverTable.write_once`); True when it wrote.
-
-    A Spark append of a small batch costs a job, the commit and a table-state rebuild after it (seconds on this
-    machine, whatever the batch's size); this costs one job (docs/benchmarks.md, "CDC design G")."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import BooleanType, StructField, StructType
-
-    out = StructType([StructField("written", BooleanType(), False)])
-    arrow_out = to_arrow_schema(out)
-
-    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
-        received = [b for b in batches if b.num_rows]
-        written = False
-        if received:
-            written = target.open().write_once(pa.Table.from_batches(received), app_id, batch_id, mode="append",
-                                               check_history=check_history)
-        yield pa.RecordBatch.from_pylist([{"written": written}], schema=arrow_out)
-
-    found = frame.coalesce(1).mapInArrow(run, out).collect()  # no row: a frame of no partition, nothing written
-    return bool(found and found[0]["written"])
-
-
 def append_split_in_task(frame: DataFrame, by: str, targets: Mapping[str, TaskAppend], app_id: str, batch_id: int,
                          *, check_history: bool) -> list[str]:
     """Append each value's rows of ``frame`` (column ``by``: ``targets``' keys, e.g. a Kafka topic) to its target,
@@ -237,9 +210,10 @@ def append_split_in_task(frame: DataFrame, by: str, targets: Mapping[str, TaskAp
     commits every table with delta-rs (:meth:`DriverTable.write_once`); returns the names of the tables it wrote.
     Rows of a value ``targets`` lacks are not written (the caller writes them another way).
 
-    One task for the CDC batch's four bronze tables instead of one :func:`append_in_task` each: each of those
-    scanned the whole cached batch and shipped its topic to Python, four jobs and four scans per batch
-    (docs/benchmarks.md, "CDC: the bronze appends as one task")."""
+    A Spark append of a small batch costs a job, the commit and a table-state rebuild after it (seconds on this
+    machine, whatever the batch's size); this costs one job for all the tables. One task for the CDC batch's four
+    bronze tables, not one each: each of those scanned the whole cached batch and shipped its topic to Python,
+    four jobs and four scans per batch (docs/benchmarks.md, "CDC: the bronze appends as one task")."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StringType, StructField, StructType
 

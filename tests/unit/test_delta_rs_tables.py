@@ -15,7 +15,6 @@ from spark_jobs.delta_rs_tables import (
     DriverDeltaError,
     DriverTable,
     TaskAppend,
-    append_in_task,
     append_split_in_task,
     check_writable,
     storage_options,
@@ -64,20 +63,6 @@ def test_a_batch_a_spark_append_wrote_is_found_by_its_marker_on_a_first_batch(tm
     assert len(DeltaTable(table.uri).to_pyarrow_table()) == 2
 
 
-def test_append_in_a_spark_task_lands_once_per_batch(tmp_path: Path, spark: Any) -> None:
-    table = _table(tmp_path)
-    target = TaskAppend("hot.t", table.uri, {})
-    assert "options" not in repr(target)  # the object store's keys are never printed
-    frame = spark.createDataFrame([(datetime(2026, 11, 22, 12, tzinfo=UTC), n) for n in range(5)],
-                                  "window_start timestamp, orders long").repartition(3)
-    assert append_in_task(frame, target, "q1", 1, check_history=False) is True
-    assert append_in_task(frame, target, "q1", 1, check_history=True) is False  # the batch's re-run
-    assert append_in_task(frame.limit(0), target, "q1", 2, check_history=False) is False  # nothing to write
-    rows = DeltaTable(table.uri).to_pyarrow_table()
-    assert sorted(rows.column("orders").to_pylist()) == [0, 1, 2, 3, 4]
-    assert DeltaTable(table.uri).transaction_version("q1:hot.t") == 1
-
-
 def test_split_append_writes_each_value_to_its_table_once_in_one_task(tmp_path: Path, spark: Any) -> None:
     """The CDC bronze appends: one task splits the batch by topic, each table gets its rows once; a topic with no
     target is left to the caller."""
@@ -87,10 +72,12 @@ def test_split_append_writes_each_value_to_its_table_once_in_one_task(tmp_path: 
         uri = str(tmp_path / topic)
         write_deltalake(uri, pa.Table.from_pylist([], schema=schema), mode="error")
         tables[topic] = TaskAppend(f"bronze.{topic}", uri, {})
+    assert "options" not in repr(tables["a"])  # the object store's keys are never printed
     frame = spark.createDataFrame([(t, n) for n, t in enumerate("aabacab")], "topic string, n long").repartition(3)
     assert sorted(append_split_in_task(frame, "topic", tables, "q1", 4, check_history=False)) == ["bronze.a",
                                                                                                    "bronze.b"]
     assert append_split_in_task(frame, "topic", tables, "q1", 4, check_history=True) == []  # the batch's re-run
+    assert append_split_in_task(frame.limit(0), "topic", tables, "q1", 5, check_history=False) == []  # no rows
     assert sorted(DeltaTable(tables["a"].uri).to_pyarrow_table().column("n").to_pylist()) == [0, 1, 3, 5]
     assert sorted(DeltaTable(tables["b"].uri).to_pyarrow_table().column("n").to_pylist()) == [2, 6]
     for target in tables.values():
