@@ -399,7 +399,7 @@ def apply_changes_in_task(changes: DataFrame, columns: StructType, keys: Sequenc
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield merge_batches(batches, target, key_list, toastable, batch_id, arrow_out)
 
-    found = source.coalesce(1).mapInArrow(run, out).collect()
+    found = source.mapInArrow(run, out).collect()  # one partition already: one task
     if len(found) != 1:
         raise RuntimeError(f"{target.silver.name}: the MERGE task of batch {batch_id} reported {len(found)} rows, not 1")
     return found[0].asDict()

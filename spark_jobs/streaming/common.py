@@ -162,9 +162,6 @@ class OnceAppender:
     and batch on a CDC batch of 200 changes (docs/benchmarks.md, "Idempotent writes").
     """
 
-    #: Commits of a table read back for the marker.
-    HISTORY = HISTORY
-
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.first_batch: int | None = None
@@ -195,7 +192,7 @@ class OnceAppender:
 
         if not DeltaTable.isDeltaTable(spark, location):  # nothing written yet
             return set()
-        rows = DeltaTable.forPath(spark, location).history(self.HISTORY).select("userMetadata").collect()
+        rows = DeltaTable.forPath(spark, location).history(HISTORY).select("userMetadata").collect()
         return {r[0] for r in rows if r[0]}
 
 
