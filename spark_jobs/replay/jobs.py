@@ -150,14 +150,9 @@ def _replayer(spark: SparkSession, settings: Settings, run: str, say: Callable[[
 
 
 def session(settings: Settings) -> SparkSession:
-    from spark_jobs.jars import spark_extra_jars
     from spark_jobs.session import build_session
-    from spark_jobs.stack.tools import build_java_classes, stream_jar
 
-    build_java_classes(settings)
-    # The stream's jar too: the replay runs the same contract check, with its JVM accept path (silver.events_jvm).
-    return build_session(settings, APP_NAME, extra={
-        "spark.jars": ",".join([*map(str, spark_extra_jars(settings)), str(stream_jar(settings))])})
+    return build_session(settings, APP_NAME)
 
 
 def replay(settings: Settings, targets: Sequence[ReplayTarget], *, until: datetime | None, dry_run: bool,

@@ -93,38 +93,20 @@ def checked_schema() -> StructType:
 def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = (),
                    columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (runs in the executors' Python workers): one compiled contract per task;
-    only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged.
-
-    With a ``_fast`` column (the JVM check's verdict, :mod:`spark_jobs.silver.events_jvm`), the rows it accepted
-    are copied from it column by column and only the others are classified here."""
+    only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from spark_jobs.silver.events_arrow import RAW_COLUMNS, FastCheck, check_records
-    from spark_jobs.silver.events_jvm import FAST_COLUMN, accepted_columns
+    from spark_jobs.silver.events_arrow import FastCheck, check_records
 
     fast = FastCheck()
     for batch in batches:
-        if not batch.num_rows:
-            continue
-        table = pa.Table.from_batches([batch])
-        parts = []
-        if FAST_COLUMN in table.column_names:
-            accepted = pc.is_valid(table.column(FAST_COLUMN))
-            mine = table.filter(accepted)
-            if mine.num_rows:
-                part = mine.select(list(RAW_COLUMNS))
-                for name, array in accepted_columns(mine.column(FAST_COLUMN)).items():
-                    part = part.append_column(name, array)
-                parts.append((part, mine))
-            table = table.filter(pc.invert(accepted))
-        if table.num_rows:
-            parts.append((check_records(table, fast=fast), table))
-        for out, source in parts:
+        if batch.num_rows:
+            table = pa.Table.from_batches([batch])
+            out = check_records(table, fast=fast)
             if columns is not None:
                 out = out.select(list(columns))
             for name in keep:
-                out = out.append_column(name, source.column(name))
+                out = out.append_column(name, table.column(name))
             yield from out.to_batches()
 
 
@@ -134,22 +116,15 @@ def check_events(records: DataFrame, keep: Sequence[str] = (), columns: Sequence
     In: ``key``, ``value`` (binary), ``topic``, ``partition`` int, ``offset``
     long and ``kafka_timestamp`` (or the Kafka source's ``timestamp``), plus
     the ``keep`` columns, carried to the end unchanged; other columns are
-    dropped. Grain: one row per record (not in input order). ``_reason`` is NULL for a valid
+    dropped. Grain: one row per record. ``_reason`` is NULL for a valid
     record, else one code of ``spark_jobs.contracts.events.REASONS``, with
     ``_error`` naming the field. Works on streaming frames too (no state).
     ``columns`` narrows the output to those of ``checked_schema`` (the hot query takes five fields and the
     verdict: less to hand back from the Python workers).
-
-    Where the session has ``lake-stream.jar``, the JVM check accepts the records it can judge first
-    (:mod:`spark_jobs.silver.events_jvm`); the verdicts are the same either way.
     """
-    from spark_jobs.silver.events_jvm import FAST_COLUMN, fast_column, jvm_check
-
     if "kafka_timestamp" not in records.columns:
         records = records.withColumnRenamed("timestamp", "kafka_timestamp")
-    extra = [fast_column(F.col("value"), F.col("kafka_timestamp")).alias(FAST_COLUMN)] \
-        if jvm_check(records.sparkSession) else []
-    raw = records.select(*[f.name for f in RAW_FIELDS], *keep, *extra)
+    raw = records.select(*[f.name for f in RAW_FIELDS], *keep)
     out = checked_schema()
     fields = out.fields if columns is None else [out[name] for name in columns]
     schema = StructType([*fields, *[raw.schema[name] for name in keep]])

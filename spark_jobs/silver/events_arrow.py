@@ -175,7 +175,7 @@ class FastCheck:
 
 
 #: More ``{``/``[`` bytes than this and :func:`fast_doc` leaves the record to the strict parser (nesting depth).
-FAST_MAX_CONTAINERS = 32
+_FAST_MAX_CONTAINERS = 32
 
 
 def fast_doc(value: bytes) -> Any:
@@ -190,7 +190,7 @@ def fast_doc(value: bytes) -> Any:
     including a deeply nested value, goes to the strict parser: this only ever
     saves time, never changes a verdict.
     """
-    if value.count(b"{") + value.count(b"[") > FAST_MAX_CONTAINERS:
+    if value.count(b"{") + value.count(b"[") > _FAST_MAX_CONTAINERS:
         return None
     try:
         doc = orjson.loads(value)

@@ -19,7 +19,7 @@ THRIFT_AUTH = INFRA / "thrift" / "LakeThriftAuth.java"
 #: What an analyst login may not do on the Thrift and Spark Connect servers (README, Security model).
 GUARDS = tuple(INFRA / "guard" / f"{n}.java" for n in ("LakeAnalystGuard", "LakeLocalFileSystem", "LakeConnectGuard"))
 #: The streaming app's own operator (first copy of an id within a horizon, on transformWithState's TTL state).
-STREAM_SOURCES = (INFRA / "stream" / "LakeDedup.java", INFRA / "stream" / "LakeEventCheck.java")
+STREAM_SOURCES = (INFRA / "stream" / "LakeDedup.java",)
 #: Our Java helpers, compiled together against pyspark's jars at `lake stack up`.
 JAVA_SOURCES = (METASTORE_INIT, THRIFT_AUTH, *GUARDS, *STREAM_SOURCES)
 #: The jar of :data:`STREAM_SOURCES`' classes in the classes folder (the stream ships it with spark.jars).
