@@ -1,7 +1,9 @@
 """Live table vs its replayed shadow: row counts, keys only on one side, a sample of changed rows.
 
-All in Spark: one full outer join on the keys, one aggregate job for the counts and, only when they show a
-difference, a small sample job; only the counts and at most ``sample`` rows per kind reach the driver.
+All in Spark: one full outer join on the keys and a 128-bit fingerprint of each row's compared columns (so the
+shuffle carries keys and two hashes, not whole rows), one aggregate job for the counts and, only when they show
+a difference, a second join of the whole rows for the samples; only the counts and at most ``sample`` rows per
+kind reach the driver.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,25 @@ def compared_columns(live: DataFrame, shadow: DataFrame, keys: Sequence[str], sk
     return [c for c in live.columns if c in theirs and c not in keys and c not in skip]
 
 
+def fingerprint(columns: Sequence[str], types: StructType) -> list[Column]:
+    """Two independent 64-bit hashes of ``columns`` (xxhash64 of the columns, and of a salt and the columns in
+    reverse order), each column cast to its type in ``types`` (the live table's: a shadow's wider type hashes
+    otherwise) and preceded by its NULL flag: Spark's hashes skip a NULL, so without the flag ``(NULL, 1)`` and
+    ``(1, NULL)`` would hash alike. A map is hashed as its entries sorted (Spark does not hash maps)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    def value(name: str) -> Column:
+        kind = types[name].dataType
+        col = F.col(f"`{name}`").cast(kind)
+        return F.array_sort(F.map_entries(col)) if isinstance(kind, MapType) else col
+
+    flagged = [x for c in columns for x in (F.col(f"`{c}`").isNull(), value(c))]
+    if not flagged:
+        return [F.lit(0).cast("bigint"), F.lit(0).cast("bigint")]
+    return [F.xxhash64(*flagged), F.xxhash64(F.lit("lake-diff"), *reversed(flagged))]
+
+
 def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live_name: str, shadow_name: str,
                 skip: Sequence[str] = (), sample: int = 5) -> TableDiff:
     """Compare ``live`` with ``shadow`` by ``keys`` (unique in both) on their common columns but ``skip``."""
@@ -68,24 +90,34 @@ def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live
         raise ValueError(f"diff {live_name} vs {shadow_name}: key column(s) {missing} missing from one side")
     columns = compared_columns(live, shadow, keys, skip)
     quoted = [f"`{c}`" for c in columns]
-    left = live.select(*[F.col(f"`{k}`") for k in keys], F.struct(*quoted).alias("_l"), F.lit(True).alias("_in_l"))
-    right = shadow.select(*[F.col(f"`{k}`") for k in keys], F.struct(*quoted).alias("_r"),
-                          F.lit(True).alias("_in_r"))
-    joined = left.join(right, on=list(keys), how="full_outer").withColumn(
-        "_kind", F.when(F.col("_in_r").isNull(), F.lit("only_live"))
-        .when(F.col("_in_l").isNull(), F.lit("only_shadow"))
-        .when(~F.col("_l").eqNullSafe(F.col("_r")), F.lit("changed")))
-    # Not persisted: the whole outer join (every row of both sides) read back from a spilled MEMORY_AND_DISK
-    # block is loaded into the heap at once, and `lake bench replay` of 2M events died of OutOfMemoryError in a
-    # 2 GiB driver. One aggregate pass gives the counts; only when they show differences does a second pass
-    # (the join again) pick the samples.
-    counts = joined.agg(
+    key_cols = [F.col(f"`{k}`") for k in keys]
+
+    def sides(whole: bool) -> DataFrame:
+        """The full outer join of both sides' keys and fingerprints (and with ``whole``, their compared columns)
+        with ``_kind``: only_live, only_shadow, changed (fingerprints differ) or NULL (the same row)."""
+        def side(frame: DataFrame, tag: str) -> DataFrame:
+            rows = [F.struct(*quoted).alias(f"_{tag}")] if whole else []
+            return frame.select(*key_cols, F.struct(*fingerprint(columns, live.schema)).alias(f"_h{tag}"),
+                                *rows, F.lit(True).alias(f"_in_{tag}"))
+
+        return side(live, "l").join(side(shadow, "r"), on=list(keys), how="full_outer").withColumn(
+            "_kind", F.when(F.col("_in_r").isNull(), F.lit("only_live"))
+            .when(F.col("_in_l").isNull(), F.lit("only_shadow"))
+            .when(F.col("_hl") != F.col("_hr"), F.lit("changed")))
+
+    # The counts from keys and fingerprints only: the shuffle carries two hashes per row, not the row (measured:
+    # docs/benchmarks.md, `lake bench replay`). Not persisted: a spilled MEMORY_AND_DISK block is loaded into the
+    # heap whole (`lake bench replay` of 2M events died of OutOfMemoryError in a 2 GiB driver when the whole-row
+    # join was persisted).
+    counts = sides(whole=False).agg(
         F.count(F.col("_in_l")).alias("live_rows"), F.count(F.col("_in_r")).alias("shadow_rows"),
         *[F.count(F.when(F.col("_kind") == k, 1)).alias(k) for k in ("only_live", "only_shadow", "changed")],
     ).first()
     assert counts is not None
     samples: dict[str, list[Any]] = {"only_live": [], "only_shadow": [], "changed": []}
     if counts["only_live"] or counts["only_shadow"] or counts["changed"]:
+        # The samples from the whole rows: a second join, only when there is something to show.
+        joined = sides(whole=True)
         ranked = joined.where(F.col("_kind").isNotNull()).withColumn(
             "_n", F.row_number().over(_sample_window(keys)))
         for row in ranked.where(F.col("_n") <= sample).collect():
