@@ -75,7 +75,8 @@ def _deletion_vectors(spark: Any, location: str) -> int:
     """Files of the table's current version that carry a deletion vector (its Delta state's ``add`` actions)."""
     state = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location).update(
         False, spark._jvm.scala.Option.empty(), spark._jvm.scala.Option.empty())
-    return int(state.numDeletionVectorsOpt().getOrElse(0)) if state.numDeletionVectorsOpt().isDefined() else 0
+    found = state.numDeletionVectorsOpt()  # a scala.Option: py4j cannot call getOrElse (it takes a function)
+    return int(found.get()) if found.isDefined() else 0
 
 
 def cdc_latencies(spark: Any, since: dict[str, int]) -> list[tuple[float, float]]:
