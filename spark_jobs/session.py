@@ -58,6 +58,11 @@ DELTA_CONF: dict[str, str] = {
 #: (docs/benchmarks.md, "Generated code recompiled every batch").
 CODEGEN_CONF: dict[str, str] = {"spark.sql.codegen.cache.maxEntries": "2000"}
 
+#: Delta's auto compaction off for one process (a session conf overrides the tables' property,
+#: ``contracts.tables.AUTO_COMPACT``): for writers that lay out their files themselves (the stream compacts on a
+#: schedule, a replay writes each shadow in one pass).
+AUTO_COMPACT_OFF: dict[str, str] = {"spark.databricks.delta.autoCompact.enabled": "false"}
+
 
 def spark_conf(settings: Settings, *, with_jars: bool = True) -> dict[str, str]:
     """Spark properties for a Lakestream process (secrets included: keep private)."""

@@ -91,13 +91,14 @@ def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live
     columns = compared_columns(live, shadow, keys, skip)
     quoted = [f"`{c}`" for c in columns]
     key_cols = [F.col(f"`{k}`") for k in keys]
+    prints = F.struct(*fingerprint(columns, live.schema))
 
     def sides(whole: bool) -> DataFrame:
         """The full outer join of both sides' keys and fingerprints (and with ``whole``, their compared columns)
         with ``_kind``: only_live, only_shadow, changed (fingerprints differ) or NULL (the same row)."""
         def side(frame: DataFrame, tag: str) -> DataFrame:
             rows = [F.struct(*quoted).alias(f"_{tag}")] if whole else []
-            return frame.select(*key_cols, F.struct(*fingerprint(columns, live.schema)).alias(f"_h{tag}"),
+            return frame.select(*key_cols, prints.alias(f"_h{tag}"),
                                 *rows, F.lit(True).alias(f"_in_{tag}"))
 
         return side(live, "l").join(side(shadow, "r"), on=list(keys), how="full_outer").withColumn(

@@ -150,13 +150,11 @@ def _replayer(spark: SparkSession, settings: Settings, run: str, say: Callable[[
 
 
 def session(settings: Settings) -> SparkSession:
-    from spark_jobs.session import build_session
+    from spark_jobs.session import AUTO_COMPACT_OFF, build_session
 
-    return build_session(settings, APP_NAME, extra={
-        # A replay writes each shadow in one pass, a few large files: Delta's auto compaction (the tables'
-        # property) then rewrote all of them once more (8 s of a 68 s replay of 2M events; measured,
-        # docs/benchmarks.md). The session conf overrides the table property, for this process only.
-        "spark.databricks.delta.autoCompact.enabled": "false"})
+    # A replay writes each shadow in one pass, a few large files: Delta's auto compaction then rewrote all of them
+    # once more (8 s of a 68 s replay of 2M events; measured, docs/benchmarks.md).
+    return build_session(settings, APP_NAME, extra=AUTO_COMPACT_OFF)
 
 
 def replay(settings: Settings, targets: Sequence[ReplayTarget], *, until: datetime | None, dry_run: bool,

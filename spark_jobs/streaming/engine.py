@@ -53,6 +53,8 @@ def write_fair_scheduler(settings: Settings) -> Path:
 
 def stream_conf(settings: Settings) -> dict[str, str]:
     """Spark properties of the streaming app's driver, all from settings (README, Configuration)."""
+    from spark_jobs.session import AUTO_COMPACT_OFF
+
     conf = {
         "spark.driver.memory": settings.stream_driver_memory,
         # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
@@ -66,7 +68,7 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         # The stream compacts on a schedule (streaming.common.Maintenance, LAKE_STREAM_COMPACT_MINUTES), not in
         # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
         # tables keep the property (contracts.tables.AUTO_COMPACT) for any other Spark writer.
-        "spark.databricks.delta.autoCompact.enabled": "false",
+        **AUTO_COMPACT_OFF,
         # Offsets, commits and state files of every micro-batch written in place on S3A (an abortable stream),
         # not written aside and renamed (a copy and a delete per file on S3); spark-hadoop-cloud, infra/jvm/spark.
         "spark.sql.streaming.checkpointFileManagerClass":
