@@ -23,7 +23,7 @@ help:
 	@echo "make test-dags         DAG tests only (tests/dags)"
 	@echo "make test-integration  setup + up + integration tests against the real stack + down"
 	@echo "make test-cluster      the CDC, events and cluster tests on a Spark standalone cluster (own stack in .lake-cluster)"
-	@echo "make lint    ruff + mypy"
+	@echo "make lint    ruff + mypy + the import contracts (lint-imports: data plane apart from operations, no circles)"
 	@echo "make lock    regenerate requirements.lock + requirements-build.lock (hashes) after a pin changed in pyproject"
 	@echo "make jar-checksums  rewrite infra/jvm/checksums.sha256 from the jar cache after a version bump in a pom"
 	@echo "make clean   down, then DELETE the state dir (LAKE_STATE_DIR, default .lake): every secret and all data;"
@@ -47,6 +47,7 @@ demo: up
 lint:
 	$(VENV)/bin/ruff check spark_jobs dags tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # Supply chain (README, Setup). ARGS passes options to uv pip compile, e.g. ARGS="--upgrade-package httpx".
 lock:

@@ -26,7 +26,7 @@ from pathlib import Path
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
-JOB = Path(__file__).resolve().parent.parent / "spark_jobs" / "jobs" / "replay.py"
+JOB = Path(__file__).resolve().parent.parent / "spark_jobs" / "cli" / "replay_job.py"
 
 with DAG(
     dag_id="lake_replay",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 
 #: Spark properties whose values are secrets: only in the 0600 ``spark-defaults.conf``, never on a command line.
+#: The streaming app's program name under the stack's supervisor (``lake stream start|stop``).
+STREAM_PROGRAM = "stream"
+
 SECRET_SPARK_KEYS = frozenset({"spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key",
                                "spark.authenticate.secret", "spark.hadoop.javax.jdo.option.ConnectionPassword"})
 
@@ -286,3 +290,22 @@ def _loopback_channel_builder(url: str) -> Any:
             return super().toChannel()
 
     return LoopbackChannelBuilder(url)
+
+
+def driver_ports_conf(driver_port: int, block_manager_port: int) -> dict[str, str]:
+    """Spark properties that put a long-running driver's RPC and block manager on ports from the settings.
+
+    No retries on the next port up: a taken port is an error naming it, not a listener somewhere else.
+    The driver's own block manager only (``spark.driver.blockManager.port``): ``spark.blockManager.port`` would
+    also pin every executor of a cluster to that port, and on one machine they then fail to bind.
+    """
+    return {"spark.driver.port": str(driver_port), "spark.driver.blockManager.port": str(block_manager_port),
+            "spark.port.maxRetries": "0"}
+
+
+def stream_ports_conf(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
+    """Fixed driver ports for the streaming app supervised as ``stream`` (supervisord names its children in
+    ``SUPERVISOR_PROCESS_NAME``); none for another driver, which would collide with it."""
+    if environ.get("SUPERVISOR_PROCESS_NAME") != STREAM_PROGRAM:
+        return {}
+    return driver_ports_conf(settings.stream_driver_port, settings.stream_block_manager_port)

@@ -24,13 +24,13 @@ def _delta_jars() -> str:
 
 
 def _stream_jar() -> str:
-    """The streaming app's operators (``infra/stream``, :func:`spark_jobs.stack.tools.compile_java`), compiled once
+    """The streaming app's operators (``infra/stream``, :func:`spark_jobs.jars.compile_java`), compiled once
     per source version into the temp dir (the events plans de-duplicate with ``LakeDedup``)."""
     import hashlib
     import tempfile
     from pathlib import Path
 
-    from spark_jobs.stack.tools import STREAM_JAR, STREAM_SOURCES, compile_java
+    from spark_jobs.jars import STREAM_JAR, STREAM_SOURCES, compile_java
 
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in STREAM_SOURCES)).hexdigest()[:16]
     out = Path(tempfile.gettempdir()) / f"lakestream-test-java-{digest}"

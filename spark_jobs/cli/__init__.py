@@ -70,9 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     A usage error (unknown command or option, bad value) prints Click's message and exits 2; an error of the
     stack, settings, connectors or suites prints ``lake: <what and the fix>`` and returns 2.
     """
-    from spark_jobs.connectors import ConnectorError
     from spark_jobs.quality.suites import SuiteError
     from spark_jobs.settings import SettingsError
+    from spark_jobs.stack.connectors import ConnectorError
     from spark_jobs.stack.errors import StackError
 
     try:

@@ -13,7 +13,7 @@ from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, comma_list
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 
 if TYPE_CHECKING:
-    from spark_jobs.bench_cdc import Bars
+    from spark_jobs.bench.cdc import Bars
 
 
 @click.group("bench", cls=LakeGroup)
@@ -23,7 +23,7 @@ def group() -> None:
 
 def phase_bars() -> Bars:
     """The bars of a bench's phases: rich's on a terminal (spark_jobs.cli.progress), none otherwise."""
-    from spark_jobs.bench_cdc import NO_BARS, Bars
+    from spark_jobs.bench.cdc import NO_BARS, Bars
 
     return Bars(timed=progress.timed, remaining=progress.remaining) if progress.enabled() else NO_BARS
 
@@ -45,7 +45,7 @@ def phase_bars() -> Bars:
 def cdc(rate: float, duration: float, backlog_seconds: float, seed: int, warmup: float, driver: str,
         async_commit: bool, connections: int) -> int:
     """Capture/apply rate, commit-to-silver latency, catch-up rate."""
-    from spark_jobs.bench_cdc import bench_cdc
+    from spark_jobs.bench.cdc import bench_cdc
     from spark_jobs.settings import load_settings
 
     result = bench_cdc(load_settings(), rate, duration, backlog_seconds, seed, driver, warmup, async_commit,
@@ -68,7 +68,7 @@ def cdc(rate: float, duration: float, backlog_seconds: float, seed: int, warmup:
 def events(rate: float, duration: float, backlog: int, backlog_rate: float, seed: int, warmup: float,
            skip_steady: bool, skip_catchup: bool) -> int:
     """Produce/ingest rates, catch-up, hot-table freshness, raw ceiling; exit 1 if the app did not catch up."""
-    from spark_jobs.bench_events import bench
+    from spark_jobs.bench.events import bench
 
     results = bench(rate=rate, duration=duration, backlog=backlog, backlog_rate=backlog_rate, seed=seed,
                     warmup=warmup, skip_steady=skip_steady, skip_catchup=skip_catchup, bars=phase_bars())
@@ -90,7 +90,7 @@ def events(rate: float, duration: float, backlog: int, backlog_rate: float, seed
 def soak(minutes: float, cdc_rate: float, events_rate: float, seed: int, window_minutes: float,
          sample_seconds: float) -> int:
     """CDC and events load at once: first vs last window p95s, silver files, stream heap (figures, no asserts)."""
-    from spark_jobs.bench_soak import bench_soak
+    from spark_jobs.bench.soak import bench_soak
     from spark_jobs.settings import load_settings
 
     if minutes < 2 * window_minutes:
@@ -123,14 +123,14 @@ def _scales(ctx: click.Context, param: click.Parameter, value: str) -> list[int]
               help="comma-separated copies of the input to compare the engines on")
 def gold(days: int, end: date | None, repeat: int, skip_backfill: bool, scales: list[int]) -> int:
     """Backfill seconds, Spark vs DuckDB on fct_daily_sales; exit 1 if the engines' results differ."""
-    from spark_jobs.bench_gold import bench
+    from spark_jobs.bench.gold import bench
 
     with progress.steps("bench gold (scales)", len(scales)) as done:
         return bench(days, end, repeat, skip_backfill, scales, progress=done)
 
 
 def _dq_tables(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
-    from spark_jobs.bench_dq import GOLD, SILVER
+    from spark_jobs.bench.dq import GOLD, SILVER
 
     if value is None:
         return [*SILVER, *GOLD]
@@ -148,7 +148,7 @@ def _dq_tables(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--repeat", type=int, default=3, show_default=True, callback=at_least(1), help="runs per suite")
 def dq(day: date | None, tables: list[str], repeat: int) -> int:
     """Seconds per data-quality suite and per million rows (silver, a gold day)."""
-    from spark_jobs.bench_dq import bench
+    from spark_jobs.bench.dq import bench
 
     with progress.steps("bench dq (suites)", len(tables)) as done:
         return bench(tables, day, repeat, progress=done)
@@ -160,7 +160,7 @@ def dq(day: date | None, tables: list[str], repeat: int) -> int:
 def replay(tables: tuple[str, ...], with_dq: bool) -> int:
     """Records replayed per second from bronze per table (a dry replay: nothing switched), beside the stream's
     events catch-up rate from its ledger. TABLES default: all."""
-    from spark_jobs.bench_replay import bench_replay
+    from spark_jobs.bench.replay import bench_replay
     from spark_jobs.replay.targets import ReplayTargetError, resolve
     from spark_jobs.settings import load_settings
 

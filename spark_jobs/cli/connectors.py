@@ -18,8 +18,8 @@ def group() -> None:
 @click.option("--timeout", type=float, default=120, show_default=True, help="seconds to wait until all run")
 def apply(timeout: float) -> int:
     """Register or update every connector (idempotent) and wait until running."""
-    from spark_jobs import connectors
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack import connectors
 
     connectors.apply(load_settings(), timeout=timeout)
     return 0
@@ -29,8 +29,8 @@ def apply(timeout: float) -> int:
 @json_option("one JSON array, for scripts")
 def status(as_json: bool) -> int:
     """State of each connector and its replication slot lag; exit 1 unless all run and no slot is lost."""
-    from spark_jobs import connectors
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack import connectors
 
     rows = connectors.status_report(load_settings())
     if as_json:

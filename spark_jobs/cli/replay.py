@@ -66,6 +66,7 @@ def run(tables: tuple[str, ...], everything: bool, until: datetime | None, dry_r
     from spark_jobs.replay.run import ReplayError, ReplayReport
     from spark_jobs.replay.targets import ReplayTargetError, resolve
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack.stream_control import SupervisedStream
 
     try:
         targets = resolve(list(tables), everything)
@@ -87,8 +88,9 @@ def run(tables: tuple[str, ...], everything: bool, until: datetime | None, dry_r
 
     run_name = "cli:" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     try:
-        report = jobs.replay(load_settings(), targets, until=until, dry_run=dry_run, confirm=confirm, run=run_name,
-                             say=say)
+        settings = load_settings()
+        report = jobs.replay(settings, targets, until=until, dry_run=dry_run, confirm=confirm, run=run_name,
+                             stream=SupervisedStream(settings), say=say)
     except ReplayError as exc:
         raise click.ClickException(str(exc)) from None
     if report.status != "switched" or dry_run:
@@ -108,14 +110,16 @@ def rollback(tables: tuple[str, ...]) -> int:
     from spark_jobs.replay.run import ReplayError
     from spark_jobs.replay.targets import ReplayTargetError, resolve
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack.stream_control import SupervisedStream
 
     try:
         targets = resolve(list(tables))
     except ReplayTargetError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        lines = jobs.rollback(load_settings(), targets, run="cli:" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
-                              say=lambda line: click.echo(line, err=True))
+        settings = load_settings()
+        lines = jobs.rollback(settings, targets, run="cli:" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
+                              stream=SupervisedStream(settings), say=lambda line: click.echo(line, err=True))
     except ReplayError as exc:
         raise click.ClickException(str(exc)) from None
     for line in lines:

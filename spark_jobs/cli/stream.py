@@ -28,7 +28,7 @@ def run() -> int:
 def start() -> int:
     """Start under the stack's supervisor."""
     from spark_jobs.settings import load_settings
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     control.start(load_settings())
     return 0
@@ -38,7 +38,7 @@ def start() -> int:
 def stop() -> int:
     """Stop it (after the current batch)."""
     from spark_jobs.settings import load_settings
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     control.stop(load_settings())
     return 0
@@ -49,7 +49,7 @@ def stop() -> int:
 def wait(timeout: float) -> int:
     """Return once every committed source change is applied."""
     from spark_jobs.settings import load_settings
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     with progress.remaining("stream wait (records applied)") as left:
         return 0 if control.wait(load_settings(), timeout, progress=left) else 1
@@ -60,7 +60,7 @@ def wait(timeout: float) -> int:
 def status(as_json: bool) -> int:
     """Per table: last batch, Kafka lag, age of newest applied change; exit 1 if the app is not running."""
     from spark_jobs.settings import load_settings
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     rep = control.report(load_settings())
     if as_json:

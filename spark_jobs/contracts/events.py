@@ -264,3 +264,16 @@ def check_record(value: bytes | None, kafka_timestamp: datetime) -> tuple[str, s
         return NOT_JSON, f"value is JSON but not an object (got {type(doc).__name__})"
     errors = event_errors(doc, kafka_timestamp)
     return errors[0] if errors else None
+
+
+#: Typed property columns of silver.events' valid frame: (column, Spark type, event type that carries it).
+PROPERTY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("page", "string", "page_view"),
+    ("product_id", "bigint", "add_to_cart"),
+    ("quantity", "int", "add_to_cart"),
+    ("price", "decimal(18,2)", "add_to_cart"),
+    ("cart_value", "decimal(18,2)", "checkout"),
+    ("order_id", "string", "purchase"),
+    ("revenue", "decimal(18,2)", "purchase"),
+    ("currency", "string", "purchase"),
+)

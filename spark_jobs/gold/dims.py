@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
 from spark_jobs.gold.history import fill_toast
-from spark_jobs.silver.cdc import POSITION_COLUMNS
+from spark_jobs.silver.cdc_columns import POSITION_COLUMNS
 
 __all__ = ["CUSTOMER_TRACKED", "PRODUCT_TRACKED", "dim_customers", "dim_products", "scd2", "surrogate_key"]
 

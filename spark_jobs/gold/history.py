@@ -32,14 +32,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from spark_jobs.contracts.shop import CdcTable
-from spark_jobs.silver.cdc import (
-    POSITION_COLUMNS,
-    ROW_OPS,
-    SNAPSHOT_RANK,
-    STREAM_RANK,
-    UNAVAILABLE_VALUE,
-    toastable_columns,
-)
+from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, toastable_columns
+from spark_jobs.silver.cdc_columns import POSITION_COLUMNS, ROW_OPS, SNAPSHOT_RANK, STREAM_RANK
 
 __all__ = ["cdc_history", "fill_toast", "history_columns"]
 

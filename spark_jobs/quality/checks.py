@@ -13,12 +13,12 @@ import logging
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.quality.docs import refresh_trend_page
 from spark_jobs.quality.outcome import DqBlocked, DqOutcome
 from spark_jobs.quality.params import SETTLE_SECONDS
 from spark_jobs.quality.runner import validate
 from spark_jobs.quality.store import RESULTS_TABLE, write_quarantine, write_results
 from spark_jobs.quality.suites import Suite, load_suite
-from spark_jobs.quality.trend import refresh_trend_page
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,4 +1,5 @@
-"""GX Data Docs of this installation: store a validation, render its page, serve it on the stack's port.
+"""GX Data Docs of this installation: store a validation, render its page, serve it on the stack's port; and the
+trend page beside it (drawn by :mod:`spark_jobs.quality.trend`).
 
 A validation task stores its result and queues its key (milliseconds); the ``dq-docs`` service
 (:mod:`spark_jobs.quality.docs_server`) renders queued pages one build at a time. GX rebuilds the index from
@@ -17,10 +18,14 @@ import os
 import urllib.parse
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -197,3 +202,25 @@ def served_url(settings: Settings, file_url: str) -> str:
 
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "whole"
+
+
+def build_trend_page(spark: SparkSession, settings: Settings, now: datetime | None = None) -> Path:
+    """Write ``trend.html`` into the served Data Docs site from ``ops.dq_results`` and link it from the index."""
+    from spark_jobs.quality.trend import TREND_PAGE, link_trend, render_trend_page, trend_points, write_atomic
+
+    trend = trend_points(spark)
+    page = render_trend_page(trend, now or datetime.now(UTC))
+    site = data_docs_dir(settings)
+    with project_lock(settings):
+        site.mkdir(parents=True, exist_ok=True)
+        write_atomic(site / TREND_PAGE, page)
+        link_trend(site)
+    return site / TREND_PAGE
+
+
+def refresh_trend_page(spark: SparkSession, settings: Settings) -> None:
+    """:func:`build_trend_page`, but a failure is logged, not raised: the page must never fail a DQ task."""
+    try:
+        build_trend_page(spark, settings)
+    except Exception as exc:  # noqa: BLE001 - a report page; the validation and its results are already recorded
+        log.warning("DQ trend page not rebuilt: %s", exc)

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -166,36 +165,12 @@ def link_trend(site: Path) -> None:
     at = text.find(marker)
     if at < 0:
         at = text.find("<body>") + len("<body>") if "<body>" in text else 0
-    _write(index, text[:at] + link + text[at:])
+    write_atomic(index, text[:at] + link + text[at:])
 
 
-def _write(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` atomically: the dq-docs server may be reading it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".trend-", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)  # mkstemp's 0600: the state dir is private (the dq-docs server runs as its owner)
-
-
-def build_trend_page(spark: SparkSession, settings: Settings, now: datetime | None = None) -> Path:
-    """Write ``trend.html`` into the served Data Docs site from ``ops.dq_results`` and link it from the index."""
-    from datetime import UTC
-
-    from spark_jobs.quality.docs import data_docs_dir, project_lock
-
-    trend = trend_points(spark)
-    page = render_trend_page(trend, now or datetime.now(UTC))
-    site = data_docs_dir(settings)
-    with project_lock(settings):
-        site.mkdir(parents=True, exist_ok=True)
-        _write(site / TREND_PAGE, page)
-        link_trend(site)
-    return site / TREND_PAGE
-
-
-def refresh_trend_page(spark: SparkSession, settings: Settings) -> None:
-    """:func:`build_trend_page`, but a failure is logged, not raised: the page must never fail a DQ task."""
-    try:
-        build_trend_page(spark, settings)
-    except Exception as exc:  # noqa: BLE001 - a report page; the validation and its results are already recorded
-        log.warning("DQ trend page not rebuilt: %s", exc)

@@ -1,7 +1,8 @@
-"""The replay against the real lake: its Spark session, catalog, supervisor, owner locks, suites and Kafka.
+"""The replay against the real lake: its Spark session, catalog, owner locks, suites and Kafka (the stream to stop
+for the switch is the caller's: :class:`spark_jobs.stack.stream_control.SupervisedStream`).
 
 ``lake replay`` (:mod:`spark_jobs.cli.replay`) and the ``lake_replay`` DAG (``spark-submit`` of
-:mod:`spark_jobs.jobs.replay`) both call :func:`replay` / :func:`rollback` here; :mod:`.run` holds the logic.
+:mod:`spark_jobs.cli.replay_job`) both call :func:`replay` / :func:`rollback` here; :mod:`.run` holds the logic.
 
 One replay at a time: an exclusive ``flock`` on ``<run dir>/replay.lock`` for the whole command (a second
 ``lake replay`` or a DAG run meanwhile is refused, naming the holder), beside the streaming queries' owner locks
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.replay.build import Offsets
-from spark_jobs.replay.run import Lake, ReplayConfig, Replayer, ReplayError, ReplayReport
+from spark_jobs.replay.run import Lake, ReplayConfig, Replayer, ReplayError, ReplayReport, StreamControl
 from spark_jobs.replay.targets import ReplayTarget
 from spark_jobs.settings import Settings
 
@@ -31,32 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 APP_NAME = "lake-replay"
-
-
-class SupervisedStream:
-    """The streaming app under the stack's supervisor (``lake stream stop|start``)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def running(self) -> bool:
-        from spark_jobs.stack import supervisor
-        from spark_jobs.streaming.control import PROGRAM
-
-        if supervisor.daemon_pid(self.settings) is None:
-            return False
-        info = supervisor.program_info(self.settings, PROGRAM) or {}
-        return info.get("statename") in ("RUNNING", "STARTING", "BACKOFF")
-
-    def stop(self) -> None:
-        from spark_jobs.streaming import control
-
-        control.stop(self.settings)
-
-    def start(self) -> None:
-        from spark_jobs.streaming import control
-
-        control.start(self.settings)
 
 
 def claim_queries(settings: Settings) -> Callable[[list[str]], AbstractContextManager[Any]]:
@@ -140,11 +115,11 @@ def kafka_range(spark: SparkSession, settings: Settings) -> Callable[[str, Offse
     return read
 
 
-def _replayer(spark: SparkSession, settings: Settings, run: str, say: Callable[[str], None],
+def _replayer(spark: SparkSession, settings: Settings, run: str, say: Callable[[str], None], stream: StreamControl,
               gate: bool = True) -> Replayer:
     config = ReplayConfig(watermark_minutes=settings.events_watermark_minutes,
                           rollback_hours=settings.replay_rollback_hours, sample=settings.replay_diff_sample)
-    return Replayer(spark, lake_for(spark, settings), config, SupervisedStream(settings), claim_queries(settings),
+    return Replayer(spark, lake_for(spark, settings), config, stream, claim_queries(settings),
                     gate=dq_gate(spark, settings, run) if gate else None, kafka=kafka_range(spark, settings),
                     say=say, run=run)
 
@@ -158,19 +133,22 @@ def session(settings: Settings) -> SparkSession:
 
 
 def replay(settings: Settings, targets: Sequence[ReplayTarget], *, until: datetime | None, dry_run: bool,
-           confirm: Callable[[ReplayReport], bool], run: str, say: Callable[[str], None] = log.info) -> ReplayReport:
-    """``lake replay``: build, gate, diff and (unless ``dry_run`` or not confirmed) switch ``targets``."""
+           confirm: Callable[[ReplayReport], bool], run: str, stream: StreamControl,
+           say: Callable[[str], None] = log.info) -> ReplayReport:
+    """``lake replay``: build, gate, diff and (unless ``dry_run`` or not confirmed) switch ``targets``; ``stream``
+    is the running streaming app the switch stops and restarts (the caller's: the supervised one for ``lake``
+    and the DAG)."""
     with one_replay(settings, f"replay {[t.live for t in targets]} ({run})"):
         spark = session(settings)
-        return _replayer(spark, settings, run, say).replay(targets, until=until, dry_run=dry_run, confirm=confirm)
+        return _replayer(spark, settings, run, say, stream).replay(targets, until=until, dry_run=dry_run, confirm=confirm)
 
 
-def rollback(settings: Settings, targets: Sequence[ReplayTarget], *, run: str,
+def rollback(settings: Settings, targets: Sequence[ReplayTarget], *, run: str, stream: StreamControl,
              say: Callable[[str], None] = log.info) -> list[str]:
     """``lake replay rollback``: restore each table to its version before its last switch."""
     with one_replay(settings, f"rollback {[t.live for t in targets]} ({run})"):
         spark = session(settings)
-        return _replayer(spark, settings, run, say, gate=False).rollback(targets)
+        return _replayer(spark, settings, run, say, stream, gate=False).rollback(targets)
 
 
 def gaps(settings: Settings, targets: Sequence[ReplayTarget], sample: int) -> list[str]:

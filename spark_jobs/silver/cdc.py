@@ -74,6 +74,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StringType, StructType
 
+from spark_jobs.silver.cdc_columns import POSITION_COLUMNS, SILVER_METADATA_COLUMNS
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from delta.tables import DeltaTable
@@ -84,17 +86,6 @@ if TYPE_CHECKING:
 #: Debezium's stand-in for an unchanged TOASTed value it could not read from the WAL.
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
-#: Ops that change one row: create, update, delete, snapshot read.
-ROW_OPS = ("c", "u", "d", "r")
-
-SNAPSHOT_RANK = 0
-STREAM_RANK = 1
-
-#: Scalar position columns, most significant first; silver stores them so MERGE can compare.
-POSITION_COLUMNS = ("_snapshot_rank", "_commit_lsn", "_change_lsn")
-
-#: Metadata columns a silver table stores next to the row image.
-SILVER_METADATA_COLUMNS = ("_op", *POSITION_COLUMNS, "_source_ts", "_extra")
 
 def quote_ident(name: str) -> str:
     """Backtick-quote an identifier for Spark SQL."""

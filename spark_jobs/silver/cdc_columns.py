@@ -1,4 +1,5 @@
-"""Which payload columns may widen a silver CDC table: only those PostgreSQL's table has.
+"""A silver CDC table's own columns (ops, positions, metadata), and which payload columns may widen it: only
+those PostgreSQL's table has.
 
 A Debezium record carries its row image as a JSON object; any key a writer of the topic puts there
 shows up as a column silver lacks. The records carry no schema (``schemas.enable=false``), so
@@ -12,7 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["admit_columns", "new_columns"]
+__all__ = ["POSITION_COLUMNS", "ROW_OPS", "SILVER_METADATA_COLUMNS", "SNAPSHOT_RANK", "STREAM_RANK", "admit_columns",
+           "new_columns"]
+
+#: Ops that change one row: create, update, delete, snapshot read.
+ROW_OPS = ("c", "u", "d", "r")
+
+SNAPSHOT_RANK = 0
+STREAM_RANK = 1
+
+#: Scalar position columns, most significant first; silver stores them so MERGE can compare.
+POSITION_COLUMNS = ("_snapshot_rank", "_commit_lsn", "_change_lsn")
+
+#: Metadata columns a silver table stores next to the row image.
+SILVER_METADATA_COLUMNS = ("_op", *POSITION_COLUMNS, "_source_ts", "_extra")
 
 
 def new_columns(current: Sequence[str], payload: Iterable[str]) -> list[str]:

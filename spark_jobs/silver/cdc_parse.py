@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from spark_jobs.silver.cdc import (
+from spark_jobs.silver.cdc_columns import (
     POSITION_COLUMNS,
     ROW_OPS,
     SILVER_METADATA_COLUMNS,

@@ -34,6 +34,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_jobs.contracts.events import PROPERTY_COLUMNS
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -51,18 +53,6 @@ REJECT_SCHEMA = StructType(
         StructField("reason", StringType()),
         StructField("error", StringType()),
     ]
-)
-
-#: Typed property columns of the valid frame: (column, Spark type, event type that carries it).
-PROPERTY_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("page", "string", "page_view"),
-    ("product_id", "bigint", "add_to_cart"),
-    ("quantity", "int", "add_to_cart"),
-    ("price", "decimal(18,2)", "add_to_cart"),
-    ("cart_value", "decimal(18,2)", "checkout"),
-    ("order_id", "string", "purchase"),
-    ("revenue", "decimal(18,2)", "purchase"),
-    ("currency", "string", "purchase"),
 )
 
 _SPARK_TYPES: dict[str, DataType] = {"string": StringType(), "bigint": LongType(), "int": IntegerType(),

@@ -35,6 +35,7 @@ from spark_jobs.contracts.events import (
     INT64_MIN,
     MAX_EVENT_BYTES,
     MAX_FUTURE_SECONDS,
+    PROPERTY_COLUMNS,
     check_record,
     parse_event_time,
     parse_record,
@@ -235,8 +236,6 @@ def check_records(raw: pa.Table, rules: ContractRules | None = None, fast: FastC
     Grain: one row per input row, in input order.
     """
     import pyarrow as pa
-
-    from spark_jobs.silver.events import PROPERTY_COLUMNS
 
     fast = fast or FastCheck(rules)
     values = py_values(raw.column("value"))

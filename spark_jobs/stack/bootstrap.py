@@ -11,13 +11,14 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.jars import java_bin
 from spark_jobs.quality import docs_assets
 from spark_jobs.quality.docs import data_docs_dir
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
 from spark_jobs.stack.errors import StackError, run_tool
 from spark_jobs.stack.postgres import pg_os_user
-from spark_jobs.stack.tools import java_bin, venv_bin
+from spark_jobs.stack.tools import venv_bin
 
 log = logging.getLogger(__name__)
 

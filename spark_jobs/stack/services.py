@@ -10,19 +10,19 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_jobs import kafka_auth
-from spark_jobs.jars import pyspark_home, spark_extra_jars
-from spark_jobs.session import DELTA_CONF, spark_conf_dir
+from spark_jobs.jars import java_bin, java_classes_dir, pyspark_home, spark_extra_jars
+from spark_jobs.session import DELTA_CONF, STREAM_PROGRAM, driver_ports_conf, spark_conf_dir
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack import bootstrap, health
 from spark_jobs.stack.configs import thrift_users_path
 from spark_jobs.stack.postgres import configure as configure_postgres
 from spark_jobs.stack.postgres import init_postgres, pg_dirs
-from spark_jobs.stack.tools import MINIO_BIN_NAME, classpath, java_bin, java_classes_dir, pg_bin, venv_bin
+from spark_jobs.stack.tools import MINIO_BIN_NAME, classpath, pg_bin, venv_bin
 
 #: A step of ``lake stack up`` for one service.
 Hook = Callable[[Settings], None]
@@ -136,25 +136,6 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW_CONN_LAKE_SPARK": spark_conn,
     }
-
-
-def driver_ports_conf(driver_port: int, block_manager_port: int) -> dict[str, str]:
-    """Spark properties that put a long-running driver's RPC and block manager on ports from the settings.
-
-    No retries on the next port up: a taken port is an error naming it, not a listener somewhere else.
-    The driver's own block manager only (``spark.driver.blockManager.port``): ``spark.blockManager.port`` would
-    also pin every executor of a cluster to that port, and on one machine they then fail to bind.
-    """
-    return {"spark.driver.port": str(driver_port), "spark.driver.blockManager.port": str(block_manager_port),
-            "spark.port.maxRetries": "0"}
-
-
-def stream_ports_conf(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
-    """Fixed driver ports for the streaming app supervised as ``stream`` (supervisord names its children in
-    ``SUPERVISOR_PROCESS_NAME``); none for another driver, which would collide with it."""
-    if environ.get("SUPERVISOR_PROCESS_NAME") != stream_program(settings).name:
-        return {}
-    return driver_ports_conf(settings.stream_driver_port, settings.stream_block_manager_port)
 
 
 def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:
@@ -465,7 +446,7 @@ def stream_program(settings: Settings) -> Program:
     # Signalling the group killed the JVM under the driver, which then failed mid-batch (exit 1).
     # start_secs: Spark's start and the first batch's planning; a driver that fails on its checkpoint, the
     # catalog or Kafka does so within it. A SIGKILLed driver that had run longer is restarted (the kill tests).
-    return Program(name="stream", command=[sys.executable, "-m", "spark_jobs.streaming.app"],
+    return Program(name=STREAM_PROGRAM, command=[sys.executable, "-m", "spark_jobs.streaming.app"],
                    env=base_env(settings), stop_wait=120, stop_as_group=False, start_secs=45)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from string import Template
 
-from spark_jobs.stack.tools import INFRA
+from spark_jobs.jars import INFRA
 
 #: Config templates, rendered into ``<state>/conf`` (``stack.configs.render_configs``).
 TEMPLATES = INFRA / "conf"

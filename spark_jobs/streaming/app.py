@@ -68,10 +68,8 @@ def query_names(settings: Settings) -> list[str]:
 
 
 def _run(settings: Settings) -> int:
-    from spark_jobs.jars import spark_extra_jars
-    from spark_jobs.session import build_session
-    from spark_jobs.stack.services import stream_ports_conf
-    from spark_jobs.stack.tools import build_java_classes, stream_jar
+    from spark_jobs.jars import build_java_classes, spark_extra_jars, stream_jar
+    from spark_jobs.session import build_session, stream_ports_conf
     from spark_jobs.streaming import cdc, events, hot
     from spark_jobs.streaming.engine import stream_conf
 

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.delta_rs_tables import TaskAppend, append_split_in_task, task_append
 from spark_jobs.settings import Settings
-from spark_jobs.silver.cdc import POSITION_COLUMNS, TaskTarget, quote_ident
-from spark_jobs.silver.cdc_columns import admit_columns, new_columns
+from spark_jobs.silver.cdc import TaskTarget, quote_ident
+from spark_jobs.silver.cdc_columns import POSITION_COLUMNS, admit_columns, new_columns
 from spark_jobs.streaming.common import (
     Maintenance,
     OnceAppender,
@@ -144,7 +144,7 @@ class CdcApp:
     def ensure_tables(self) -> None:
         from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-        from spark_jobs.silver.cdc import SILVER_METADATA_COLUMNS
+        from spark_jobs.silver.cdc_columns import SILVER_METADATA_COLUMNS
 
         for db in ("bronze", "silver", "quarantine"):
             ensure_database(self.spark, self.settings, db)

@@ -14,7 +14,7 @@ Kafka deletes a whole segment once its newest record is past retention, so a rec
 fraction reaches 1: the measure errs on the early side. The CDC topics are log-compacted (:func:`limits`): their
 deadline is ``min.compaction.lag.ms``, after which a change superseded by a newer record of its key may be
 compacted away before bronze archived it (the stream would skip its offset: README, Replay (Kappa)).
-"Processed" is :func:`control.processed_offsets`: for
+"Processed" is :func:`spark_jobs.streaming.progress.processed_offsets`: for
 the events topic the lower of the archive's and the hot query's offsets.
 """
 
@@ -213,10 +213,10 @@ def measure(settings: Settings, topics: Iterable[str] | None = None, processed: 
     from confluent_kafka import Consumer, TopicPartition
 
     from spark_jobs.kafka_topics import topic_configs
-    from spark_jobs.streaming import control
+    from spark_jobs.streaming import progress
 
-    topics = list(control.input_topics(settings) if topics is None else topics)
-    done = dict(control.processed_offsets(settings) if processed is None else processed)
+    topics = list(progress.input_topics(settings) if topics is None else topics)
+    done = dict(progress.processed_offsets(settings) if processed is None else processed)
     configs = topic_configs(settings, topics, timeout=timeout)
     consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
                          "enable.auto.commit": False})

@@ -136,7 +136,7 @@ def test_replay_dag_is_manual_with_params_and_one_run_at_a_time(dagbag: Any) -> 
     assert dag.params["switch"] is False, "a switch must be asked for: the default run is a dry run"
     (task,) = dag.tasks
     assert task.pool == "ops_replay" and task.pool in POOLS
-    assert task.application.endswith("spark_jobs/jobs/replay.py")
+    assert task.application.endswith("spark_jobs/cli/replay_job.py")
     args = " ".join(task.application_args)
     assert "--tables {{ params.tables | join(',') }}" in args and "--switch {{ params.switch }}" in args
     # `until` may be left empty in the UI's trigger form (null: an empty string param counts as missing there and
@@ -153,7 +153,7 @@ def test_replay_job_arguments_parse_as_the_dag_renders_them() -> None:
     """The rendered args reach the same command as `lake replay` (no Spark: the replay itself is stubbed)."""
     from unittest import mock
 
-    from spark_jobs.jobs.replay import command
+    from spark_jobs.cli.replay_job import command
     from spark_jobs.replay.run import ReplayReport
 
     with mock.patch("spark_jobs.replay.jobs.replay", return_value=ReplayReport("r", status="blocked")) as replay:
@@ -165,3 +165,6 @@ def test_replay_job_arguments_parse_as_the_dag_renders_them() -> None:
                                          "hot.funnel_15m"]
     assert replay.call_args.kwargs["dry_run"] is False and replay.call_args.kwargs["run"] == "manual__1"
     assert replay.call_args.kwargs["until"].isoformat() == "2026-11-26T18:00:00+00:00"
+    from spark_jobs.stack.stream_control import SupervisedStream
+
+    assert isinstance(replay.call_args.kwargs["stream"], SupervisedStream)  # the switch stops the supervised stream

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.proc_cpu import cluster_executors
+from spark_jobs.bench.proc_cpu import cluster_executors
 from spark_jobs.settings import Settings, load_settings
 from tests.integration.lakehelpers import (
     SALES_SQL,

@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from spark_jobs import kafka_auth
-from spark_jobs.connectors import apply, connector_status
 from spark_jobs.settings import Settings
 from spark_jobs.stack import health
+from spark_jobs.stack.connectors import apply, connector_status
 from tests.integration.lakehelpers import run_lake, shop_cursor
 
 

@@ -23,9 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from spark_jobs import connectors
 from spark_jobs.settings import Settings, load_settings
-from spark_jobs.stack import health, supervisor
+from spark_jobs.stack import connectors, health, supervisor
 from tests.integration.lakehelpers import run_lake, shop_cursor, wait_until
 
 BOGUS = "lake-test-failed-task"

@@ -51,7 +51,7 @@ def _produce(conf: dict[str, Any], topic: str) -> str | None:
 @pytest.fixture(scope="module")
 def topics(stack: Settings) -> Settings:
     """The stack with the CDC and events topics present (the connector has made the CDC ones)."""
-    from spark_jobs.connectors import apply
+    from spark_jobs.stack.connectors import apply
 
     apply(stack)
 

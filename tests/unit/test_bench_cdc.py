@@ -1,4 +1,4 @@
-"""The CDC bench (spark_jobs/bench_cdc.py): its figures helpers and its refusal to start without a connector."""
+"""The CDC bench (spark_jobs/bench/cdc.py): its figures helpers and its refusal to start without a connector."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.bench_cdc import percentile
+from spark_jobs.bench.cdc import percentile
 
 
 def test_percentile_picks_the_nearest_rank() -> None:
@@ -28,9 +28,9 @@ def test_percentile_picks_the_nearest_rank() -> None:
 ])
 def test_bench_cdc_refuses_to_start_without_a_running_connector(monkeypatch: pytest.MonkeyPatch,
                                                                 report: list[dict[str, Any]]) -> None:
-    from spark_jobs import bench_cdc as bench
-    from spark_jobs import connectors
+    from spark_jobs.bench import cdc as bench
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack import connectors
 
     monkeypatch.setattr(connectors, "status_report", lambda _settings: report)
     with pytest.raises(RuntimeError, match="lake connectors apply"):
@@ -38,9 +38,9 @@ def test_bench_cdc_refuses_to_start_without_a_running_connector(monkeypatch: pyt
 
 
 def test_bench_cdc_starts_with_a_running_connector(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_jobs import bench_cdc as bench
-    from spark_jobs import connectors
+    from spark_jobs.bench import cdc as bench
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack import connectors
 
     asked: list[object] = []
 
@@ -76,10 +76,10 @@ def _fake_services(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Every service the CDC bench touches, faked; returns the timeouts ``lake stream wait`` was given."""
     import time
 
-    from spark_jobs import bench_cdc as bench
     from spark_jobs import session
+    from spark_jobs.bench import cdc as bench
     from spark_jobs.loadgen.cdc import runner
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     waits: list[float] = []
 
@@ -110,7 +110,7 @@ def _fake_services(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def test_bench_cdc_shows_each_phase_on_the_bars_it_is_given(monkeypatch: pytest.MonkeyPatch,
                                                             caplog: pytest.LogCaptureFixture) -> None:
-    from spark_jobs.bench_cdc import Bars, bench_cdc
+    from spark_jobs.bench.cdc import Bars, bench_cdc
     from spark_jobs.settings import load_settings
 
     waits = _fake_services(monkeypatch)
@@ -144,7 +144,7 @@ def test_bench_cdc_shows_each_phase_on_the_bars_it_is_given(monkeypatch: pytest.
 
 
 def test_bench_cdc_runs_without_bars_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_jobs.bench_cdc import bench_cdc
+    from spark_jobs.bench.cdc import bench_cdc
     from spark_jobs.settings import load_settings
 
     _fake_services(monkeypatch)

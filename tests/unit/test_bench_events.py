@@ -1,4 +1,4 @@
-"""The events bench (spark_jobs/bench_events.py): the producer rate it reports (no services)."""
+"""The events bench (spark_jobs/bench/events.py): the producer rate it reports (no services)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.bench_events import _produced_per_second
+from spark_jobs.bench.events import _produced_per_second
 
 
 def test_produced_per_second_uses_the_loadgen_manifest_fields() -> None:
@@ -27,7 +27,8 @@ def test_produced_per_second_without_elapsed_is_nan_not_a_made_up_rate() -> None
 def test_raw_ceiling_tells_the_records_still_to_read_after_each_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
     import confluent_kafka
 
-    from spark_jobs import bench_events, kafka_auth
+    from spark_jobs import kafka_auth
+    from spark_jobs.bench import events as bench_events
     from spark_jobs.settings import load_settings
 
     class Message:
@@ -68,12 +69,12 @@ def test_raw_ceiling_tells_the_records_still_to_read_after_each_fetch(monkeypatc
 
 def test_bench_events_shows_its_catch_ups_and_raw_read_on_the_bars_it_is_given(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from spark_jobs import bench_events as bench
     from spark_jobs import session
-    from spark_jobs.bench_cdc import Bars
+    from spark_jobs.bench import events as bench
+    from spark_jobs.bench.cdc import Bars
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack import stream_control as control
     from spark_jobs.stack import supervisor
-    from spark_jobs.streaming import control
 
     loads: list[tuple[float, float, str]] = []
 

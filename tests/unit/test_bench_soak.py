@@ -1,4 +1,4 @@
-"""lake bench soak's figures: first/last windows of a long run, and the heap floor (spark_jobs.bench_soak)."""
+"""lake bench soak's figures: first/last windows of a long run, and the heap floor (spark_jobs.bench.soak)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from spark_jobs.bench_soak import _floor, jvm_of, old_gen_mb, window_figures
+from spark_jobs.bench.soak import _floor, jvm_of, old_gen_mb, window_figures
 
 
 def test_window_figures_compare_the_first_and_last_windows_only() -> None:

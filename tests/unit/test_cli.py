@@ -119,7 +119,7 @@ def test_gold_build_names_a_bad_day(capsys: pytest.CaptureFixture[str]) -> None:
 def test_command_results_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """A command's return value is lake's exit code (``lake stream wait`` times out: 1)."""
     from spark_jobs import settings
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     monkeypatch.setattr(settings, "load_settings", lambda: object())
     monkeypatch.setattr(control, "wait", lambda s, timeout, progress=None: timeout > 5)
@@ -132,10 +132,10 @@ def test_with_json_stdout_holds_only_the_json(monkeypatch: pytest.MonkeyPatch,
     import json
 
     from spark_jobs import settings
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     def report(settings: object) -> dict[str, Any]:
-        logging.getLogger("spark_jobs.streaming.control").info("reading the status files")
+        logging.getLogger("spark_jobs.stack.stream_control").info("reading the status files")
         return {"running": True, "pid": 1, "last_batch": 3, "committed_at": None, "tables": {}}
 
     monkeypatch.setattr(settings, "load_settings", lambda: object())

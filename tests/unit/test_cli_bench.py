@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 
 def test_phase_bars_are_none_off_a_terminal_and_rich_on_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_jobs.bench_cdc import NO_BARS
+    from spark_jobs.bench.cdc import NO_BARS
     from spark_jobs.cli import bench, progress
 
     assert bench.phase_bars() is NO_BARS  # pytest's output is no terminal
@@ -19,8 +19,9 @@ def test_phase_bars_are_none_off_a_terminal_and_rich_on_one(monkeypatch: pytest.
 
 
 def test_bench_cdc_and_events_pass_the_phase_bars_and_print_the_same_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_jobs import bench_cdc, bench_events
-    from spark_jobs.bench_cdc import NO_BARS
+    from spark_jobs.bench import cdc as bench_cdc
+    from spark_jobs.bench import events as bench_events
+    from spark_jobs.bench.cdc import NO_BARS
     from spark_jobs.cli import bench
 
     given: list[Any] = []

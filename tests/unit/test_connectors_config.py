@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.connectors import CONNECTORS_DIR, ConnectorError, load_connector
 from spark_jobs.settings import Settings, load_settings
+from spark_jobs.stack.connectors import CONNECTORS_DIR, ConnectorError, load_connector
 
 
 @pytest.fixture()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import kafka_auth
-from spark_jobs.connectors import format_bytes, slot_warnings
 from spark_jobs.settings import Settings, load_settings
+from spark_jobs.stack.connectors import format_bytes, slot_warnings
 
 MB = 1024 * 1024
 
@@ -61,7 +61,7 @@ def test_retention_settings_are_minus_one_or_positive(tmp_path: Path, var: str) 
 
 
 def test_cdc_topics_are_created_with_the_retention_settings(tmp_path: Path) -> None:
-    from spark_jobs.connectors import CONNECTORS_DIR, load_connector
+    from spark_jobs.stack.connectors import CONNECTORS_DIR, load_connector
 
     settings = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_CDC_RETENTION_MS": "86400000",
                               "LAKE_KAFKA_CDC_RETENTION_BYTES": "-1"})
@@ -71,8 +71,8 @@ def test_cdc_topics_are_created_with_the_retention_settings(tmp_path: Path) -> N
 
 
 def test_cdc_topics_are_compacted_with_the_lag_of_the_settings(tmp_path: Path) -> None:
-    from spark_jobs.connectors import CONNECTORS_DIR, load_connector
     from spark_jobs.kafka_topics import wanted_configs
+    from spark_jobs.stack.connectors import CONNECTORS_DIR, load_connector
 
     settings = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS": "3600000"})
     _name, config = load_connector(CONNECTORS_DIR / "shop-postgres.json", settings)
@@ -86,7 +86,7 @@ def test_cdc_topics_are_compacted_with_the_lag_of_the_settings(tmp_path: Path) -
 
 
 def test_an_unassigned_or_paused_task_is_named_with_what_to_do(settings: Settings) -> None:
-    from spark_jobs.connectors import state_warnings
+    from spark_jobs.stack.connectors import state_warnings
 
     running = {"connector": {"state": "RUNNING"}, "tasks": [{"id": 0, "state": "RUNNING"}]}
     assert state_warnings(settings, "shop-postgres", running) == []

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.connectors import CONNECTORS_DIR, load_connector
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import load_settings
+from spark_jobs.stack.connectors import CONNECTORS_DIR, load_connector
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "infra" / "postgres" / "shop"
 #: Published for the connector's heartbeat only (keeps the slot moving); never a topic (V003).

@@ -1,11 +1,11 @@
-"""spark_jobs.proc_cpu: the CPU split of the streaming app's processes and threads (from /proc snapshots)."""
+"""spark_jobs.bench.proc_cpu: the CPU split of the streaming app's processes and threads (from /proc snapshots)."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from spark_jobs.proc_cpu import cpu_snapshot, cpu_split
+from spark_jobs.bench.proc_cpu import cpu_snapshot, cpu_split
 
 
 def test_cpu_split_charges_buckets_and_keeps_the_cpu_of_exited_threads_apart() -> None:
@@ -38,7 +38,7 @@ def test_cluster_executors_of_the_driver_count_as_executor_work() -> None:
 
     import psutil
 
-    from spark_jobs.proc_cpu import cluster_executors
+    from spark_jobs.bench.proc_cpu import cluster_executors
 
     url = "spark://CoarseGrainedScheduler@127.0.0.9:17030"
     spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(60)"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import session
+from spark_jobs import jars, session
 from spark_jobs.settings import SECRET_NAMES, Settings, SettingsError, load_settings
-from spark_jobs.stack import bootstrap, configs, services, supervisor, templates, tools
+from spark_jobs.stack import bootstrap, configs, services, supervisor, templates
 from spark_jobs.stack.configs import template_values
 from spark_jobs.stack.templates import render_template
 
@@ -105,11 +105,11 @@ def test_every_listener_is_configured_on_lake_host(settings: Settings) -> None:
 
 
 def test_only_the_supervised_stream_takes_the_stream_ports(settings: Settings) -> None:
-    conf = services.stream_ports_conf(settings, {"SUPERVISOR_PROCESS_NAME": "stream"})
+    conf = session.stream_ports_conf(settings, {"SUPERVISOR_PROCESS_NAME": "stream"})
     assert conf["spark.driver.port"] == str(settings.stream_driver_port)
     assert conf["spark.driver.blockManager.port"] == str(settings.stream_block_manager_port)
     assert "spark.blockManager.port" not in conf
-    assert services.stream_ports_conf(settings, {}) == {}  # `lake stream run` beside it: random ports
+    assert session.stream_ports_conf(settings, {}) == {}  # `lake stream run` beside it: random ports
 
 
 def _settings_lines(properties: str) -> str:
@@ -118,10 +118,10 @@ def _settings_lines(properties: str) -> str:
 
 def test_the_java_helpers_compile(settings: Settings, tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path / "s"), "LAKE_CACHE_DIR": str(tmp_path / "cache")})
-    out = tools.build_java_classes(s)
+    out = jars.build_java_classes(s)
     for name in ("LakeMetastoreInit", "LakeThriftAuth", "LakeAnalystGuard", "LakeLocalFileSystem", "LakeConnectGuard"):
         assert (out / f"{name}.class").is_file()
-    assert tools.build_java_classes(s) == out  # cached
+    assert jars.build_java_classes(s) == out  # cached
 
 
 def test_secure_state_dir_tightens_what_exists(settings: Settings) -> None:
@@ -154,7 +154,7 @@ def test_the_thrift_server_asks_for_a_password_from_a_private_file(settings: Set
     cmd = " ".join(thrift.command)
     assert "spark.hive.server2.authentication=CUSTOM" in cmd
     assert "-Dhive.server2.custom.authentication.class=LakeThriftAuth" in cmd
-    assert str(tools.java_classes_dir(settings)) in cmd  # the compiled check is on the driver's class path
+    assert str(jars.java_classes_dir(settings)) in cmd  # the compiled check is on the driver's class path
     assert thrift.env["LAKE_THRIFT_USERS_FILE"] == str(configs.thrift_users_path(settings))
     configs.render_configs(settings)
     users, password = configs.thrift_users_path(settings), configs.thrift_password_path(settings)

@@ -44,6 +44,7 @@ def bench_replay(settings: Settings, targets: Sequence[ReplayTarget], with_dq: b
     from spark_jobs.replay import jobs
     from spark_jobs.replay.build import in_range
     from spark_jobs.replay.run import EVENTS_LEDGER, ReplayConfig, Replayer
+    from spark_jobs.stack.stream_control import SupervisedStream
     from spark_jobs.streaming.events import LOG_BATCH_RECORDS
 
     out: dict[str, Any] = {"tables": {}}
@@ -52,7 +53,7 @@ def bench_replay(settings: Settings, targets: Sequence[ReplayTarget], with_dq: b
         lake = jobs.lake_for(spark, settings)
         config = ReplayConfig(settings.events_watermark_minutes, settings.replay_rollback_hours,
                               settings.replay_diff_sample)
-        replayer = Replayer(spark, lake, config, jobs.SupervisedStream(settings), jobs.claim_queries(settings),
+        replayer = Replayer(spark, lake, config, SupervisedStream(settings), jobs.claim_queries(settings),
                             gate=jobs.dq_gate(spark, settings, "bench") if with_dq else None,
                             kafka=jobs.kafka_range(spark, settings), run="bench")
         tracker = spark.sparkContext.statusTracker()

@@ -15,7 +15,7 @@
    tables), and from the start of its first batch (the status file's
    ``committed_at`` minus ``batch_seconds``) to the newest silver commit,
    the one that applied the last backlog change; and the driver's share of the CPU meanwhile
-   (:mod:`spark_jobs.proc_cpu`: driver process and JVM threads vs Spark task threads and Python
+   (:mod:`spark_jobs.bench.proc_cpu`: driver process and JVM threads vs Spark task threads and Python
    workers; on a cluster the executors' JVMs are not counted).
 3. The analysts' probe query ``SELECT count(*), sum(total) FROM silver.orders`` (best of three).
 
@@ -42,8 +42,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from spark_jobs.bench.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
-from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings
 from spark_jobs.waits import poll
 
@@ -89,7 +89,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _total_end_offsets(settings: Settings) -> int:
-    from spark_jobs.streaming.control import kafka_end_offsets
+    from spark_jobs.streaming.progress import kafka_end_offsets
 
     return sum(kafka_end_offsets(settings).values())
 
@@ -109,7 +109,7 @@ def _silver_heads(spark: Any) -> dict[str, tuple[int, float | None]]:
 
 def _require_running_connector(settings: Settings) -> None:
     """Fail early, naming the fix, when no Debezium connector runs (the load would reach no silver table)."""
-    from spark_jobs.connectors import status_report
+    from spark_jobs.stack.connectors import status_report
 
     if not any(c["state"] == "RUNNING" and c["tasks"] and all(t == "RUNNING" for t in c["tasks"])
                for c in status_report(settings)):
@@ -144,7 +144,7 @@ class _Driver:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from spark_jobs.streaming import control
+        from spark_jobs.stack import stream_control as control
 
         if self.mode == "supervised":
             control.start(self.settings)
@@ -165,7 +165,7 @@ class _Driver:
         return self.proc.pid if self.proc is not None else None
 
     def stop(self) -> None:
-        from spark_jobs.streaming import control
+        from spark_jobs.stack import stream_control as control
 
         if self.mode == "supervised":
             control.stop(self.settings)
@@ -215,8 +215,8 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
 
 def log_offset(settings: Settings) -> int:
     """Where the streaming app's log ends now (batches after this are read by :func:`batch_breakdown`)."""
+    from spark_jobs.stack import stream_control as control
     from spark_jobs.stack import supervisor
-    from spark_jobs.streaming import control
 
     path = supervisor.log_path(settings, control.PROGRAM)
     return path.stat().st_size if path.exists() else 0
@@ -227,8 +227,8 @@ def batch_breakdown(settings: Settings, query: str, log_from: int) -> dict[str, 
     mean records and seconds, mean Spark jobs and Delta commits, and mean seconds per stage."""
     import re
 
+    from spark_jobs.stack import stream_control as control
     from spark_jobs.stack import supervisor
-    from spark_jobs.streaming import control
 
     path = supervisor.log_path(settings, control.PROGRAM)
     if not path.exists():
@@ -272,7 +272,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
 
     from spark_jobs.loadgen.cdc.runner import run
     from spark_jobs.session import build_session
-    from spark_jobs.streaming import control
+    from spark_jobs.stack import stream_control as control
 
     loadgen = partial(run, connections=connections)
 

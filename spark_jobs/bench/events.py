@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs import kafka_auth
-from spark_jobs.bench_cdc import NO_BARS, Bars, percentile
-from spark_jobs.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
+from spark_jobs.bench.cdc import NO_BARS, Bars, percentile
+from spark_jobs.bench.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
+from spark_jobs.stack import stream_control as control
 from spark_jobs.stack import supervisor
-from spark_jobs.streaming import control
 from spark_jobs.waits import poll
 
 log = logging.getLogger(__name__)

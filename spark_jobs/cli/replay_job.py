@@ -1,4 +1,6 @@
-"""The ``lake_replay`` DAG's job (``spark-submit spark_jobs/jobs/replay.py``): the same replay as ``lake replay``.
+"""The ``lake_replay`` DAG's job (``spark-submit spark_jobs/cli/replay_job.py``): the same replay as ``lake replay``,
+with the same supervised stream to stop for the switch (so it lives with the command line, not with the data plane's
+jobs).
 
 ``--tables silver.orders,hot.*`` (or ``all``), ``--until`` (ISO-8601, optional), ``--switch``: without it the run
 builds, checks and diffs only (a dry run); with it, the switch follows when every block rule passed (the DAG's
@@ -26,6 +28,7 @@ def command(tables: str, until: str, switch: bool, run_id: str | None) -> int:
     from spark_jobs.replay import jobs
     from spark_jobs.replay.targets import resolve
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack.stream_control import SupervisedStream
 
     names = [n.strip() for n in tables.split(",") if n.strip()]
     targets = resolve([] if names == ["all"] else names, everything=names == ["all"])
@@ -33,14 +36,15 @@ def command(tables: str, until: str, switch: bool, run_id: str | None) -> int:
     if until.strip():
         instant = datetime.fromisoformat(until.strip().replace("Z", "+00:00"))
         instant = instant if instant.tzinfo else instant.replace(tzinfo=UTC)
-    report = jobs.replay(load_settings(), targets, until=instant, dry_run=not switch, confirm=lambda _r: switch,
-                         run=run_id or "manual")
+    settings = load_settings()
+    report = jobs.replay(settings, targets, until=instant, dry_run=not switch, confirm=lambda _r: switch,
+                         run=run_id or "manual", stream=SupervisedStream(settings))
     for line in report.lines():
         log.info("%s", line)
     return 0 if report.status == "switched" or not switch else 1
 
 
-if __name__ == "__main__":  # spark-submit spark_jobs/jobs/replay.py --tables ... [--until ...] [--switch]
+if __name__ == "__main__":  # spark-submit spark_jobs/cli/replay_job.py --tables ... [--until ...] [--switch]
     from spark_jobs import logs
 
     logs.setup()

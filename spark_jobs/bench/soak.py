@@ -26,10 +26,10 @@ import threading
 import time
 from typing import Any
 
-from spark_jobs.bench_cdc import NO_BARS, Bars, _require_running_connector, percentile
+from spark_jobs.bench.cdc import NO_BARS, Bars, _require_running_connector, percentile
 from spark_jobs.settings import Settings
+from spark_jobs.stack import stream_control as control
 from spark_jobs.stack import supervisor
-from spark_jobs.streaming import control
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,8 @@ def _floor(samples: list[tuple[float, float | None]], start: float, end: float) 
 def bench_soak(settings: Settings, minutes: float, cdc_rate: float, events_rate: float, seed: int,
                window_minutes: float = 5, sample_seconds: float = 60, bars: Bars = NO_BARS) -> dict[str, Any]:
     """Run the soak (module docstring) and return its figures."""
-    from spark_jobs.bench_cdc import _silver_heads
-    from spark_jobs.bench_events import _loadgen
+    from spark_jobs.bench.cdc import _silver_heads
+    from spark_jobs.bench.events import _loadgen
     from spark_jobs.loadgen.cdc.runner import run as cdc_loadgen
     from spark_jobs.reconcile import manifest_ranges
     from spark_jobs.session import build_session

@@ -1,4 +1,5 @@
-"""``lake stream start|stop|status|wait``: control and observe the streaming app."""
+"""``lake stream start|stop|status|wait``: control the streaming app under the stack's supervisor, and observe it
+(its progress against Kafka: :mod:`spark_jobs.streaming.progress`)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from spark_jobs import kafka_auth
-from spark_jobs.connectors import slot_positions
-from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
 from spark_jobs.contracts.shop import CDC_TABLES
+from spark_jobs.session import STREAM_PROGRAM
 from spark_jobs.settings import Settings
 from spark_jobs.stack import supervisor
+from spark_jobs.stack.connectors import slot_positions
 from spark_jobs.stack.errors import StackError
 from spark_jobs.streaming.common import read_json, status_path
+from spark_jobs.streaming.progress import kafka_end_offsets, processed_offsets
 from spark_jobs.waits import poll
 
-PROGRAM = "stream"
+PROGRAM = STREAM_PROGRAM
 
 log = logging.getLogger(__name__)
 
@@ -36,52 +37,6 @@ def stop(settings: Settings) -> None:
     if supervisor.daemon_pid(settings) is not None:
         supervisor.stop_program(settings, PROGRAM)
     log.info("lake stream: stopped")
-
-
-def input_topics(settings: Settings) -> list[str]:
-    """The Kafka topics the configured queries consume."""
-    from spark_jobs.contracts.events import TOPIC
-
-    topics = list(CDC_TABLES) if "cdc" in settings.stream_query_list else []
-    return topics + ([TOPIC] if "events" in settings.stream_query_list else [])
-
-
-def processed_offsets(settings: Settings) -> dict[str, int]:
-    """Last processed offset per ``topic:partition``, from every query's progress file: for the events topic,
-    the lower of the archive's and the hot query's (both must hold a record for it to count as processed)."""
-    from spark_jobs.streaming.events import events_status_path
-    from spark_jobs.streaming.hot import hot_status_path
-
-    files = [read_json(path) or {} for path in (status_path(settings), events_status_path(settings))]
-    done: dict[str, int] = {}
-    for doc in files:
-        done.update(doc.get("offsets", {}))
-    hot = (read_json(hot_status_path(settings)) or {}).get("offsets", {})
-    for tp in [tp for tp in done if tp.startswith(f"{EVENTS_TOPIC}:")]:
-        done[tp] = min(int(done[tp]), int(hot.get(tp, -1)))
-    for tp in set(hot) - set(done):
-        done[tp] = -1  # the hot query ahead of an archive that has not started on the partition
-    return done
-
-
-def kafka_end_offsets(settings: Settings) -> dict[str, int]:
-    """High watermark per ``topic:partition`` for every input topic that exists."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
-                         "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(timeout=10)
-        out: dict[str, int] = {}
-        for topic in input_topics(settings):
-            if topic not in meta.topics:
-                continue
-            for pid in meta.topics[topic].partitions:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=10)
-                out[f"{topic}:{pid}"] = int(high)
-        return out
-    finally:
-        consumer.close()
 
 
 def _lag(ends: dict[str, int], done: dict[str, Any], topic: str) -> int:
@@ -193,3 +148,23 @@ def wait(settings: Settings, timeout: float, progress: Callable[[int], None] | N
                     supervisor.log_path(settings, PROGRAM))
         return False
     return True
+
+
+class SupervisedStream:
+    """The streaming app under the stack's supervisor, as a replay's switch stops and restarts it
+    (:class:`spark_jobs.replay.run.StreamControl`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def running(self) -> bool:
+        if supervisor.daemon_pid(self.settings) is None:
+            return False
+        info = supervisor.program_info(self.settings, PROGRAM) or {}
+        return info.get("statename") in ("RUNNING", "STARTING", "BACKOFF")
+
+    def stop(self) -> None:
+        stop(self.settings)
+
+    def start(self) -> None:
+        start(self.settings)

@@ -1,0 +1,56 @@
+"""How far the streaming app has got: the Kafka topics its queries consume, the last offset each has processed
+(from the queries' progress files), and Kafka's end offsets to compare them with."""
+
+from __future__ import annotations
+
+from spark_jobs import kafka_auth
+from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
+from spark_jobs.contracts.shop import CDC_TABLES
+from spark_jobs.settings import Settings
+from spark_jobs.streaming.common import read_json, status_path
+
+
+def input_topics(settings: Settings) -> list[str]:
+    """The Kafka topics the configured queries consume."""
+    from spark_jobs.contracts.events import TOPIC
+
+    topics = list(CDC_TABLES) if "cdc" in settings.stream_query_list else []
+    return topics + ([TOPIC] if "events" in settings.stream_query_list else [])
+
+
+def processed_offsets(settings: Settings) -> dict[str, int]:
+    """Last processed offset per ``topic:partition``, from every query's progress file: for the events topic,
+    the lower of the archive's and the hot query's (both must hold a record for it to count as processed)."""
+    from spark_jobs.streaming.events import events_status_path
+    from spark_jobs.streaming.hot import hot_status_path
+
+    files = [read_json(path) or {} for path in (status_path(settings), events_status_path(settings))]
+    done: dict[str, int] = {}
+    for doc in files:
+        done.update(doc.get("offsets", {}))
+    hot = (read_json(hot_status_path(settings)) or {}).get("offsets", {})
+    for tp in [tp for tp in done if tp.startswith(f"{EVENTS_TOPIC}:")]:
+        done[tp] = min(int(done[tp]), int(hot.get(tp, -1)))
+    for tp in set(hot) - set(done):
+        done[tp] = -1  # the hot query ahead of an archive that has not started on the partition
+    return done
+
+
+def kafka_end_offsets(settings: Settings) -> dict[str, int]:
+    """High watermark per ``topic:partition`` for every input topic that exists."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(timeout=10)
+        out: dict[str, int] = {}
+        for topic in input_topics(settings):
+            if topic not in meta.topics:
+                continue
+            for pid in meta.topics[topic].partitions:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=10)
+                out[f"{topic}:{pid}"] = int(high)
+        return out
+    finally:
+        consumer.close()
