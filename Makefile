@@ -49,7 +49,7 @@ lint:
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-# Supply chain (README, Setup). ARGS passes options to uv pip compile, e.g. ARGS="--upgrade-package httpx".
+# Supply chain (docs/operations.md, Setup). ARGS passes options to uv pip compile, e.g. ARGS="--upgrade-package httpx".
 lock:
 	@bash infra/lock.sh $(ARGS)
 

@@ -64,7 +64,7 @@ fi
 echo "ok ($(java -version 2>&1 | head -1), $(go version | cut -d' ' -f3), $("$PYTHON" --version))"
 
 step "Python environment $VENV"
-# Everything from the hash-locked files (make lock; README, Setup): pip refuses any file whose hash is not pinned,
+# Everything from the hash-locked files (make lock; docs/operations.md, Setup): pip refuses any file whose hash is not pinned,
 # and builds (pyspark is an sdist, the project itself) use the pinned setuptools/wheel, not an unhashed download.
 stamp="$VENV/.lake-stamp"
 want="$(sha "$REPO/pyproject.toml" "$REPO/requirements.lock" "$REPO/requirements-build.lock")"

@@ -258,7 +258,7 @@ def check_writable(name: str, protocol: Any) -> None:
     if reader > 1 or protocol.reader_features or not (legacy or listed):
         features = sorted({*writer_features, *(protocol.reader_features or [])})
         hint = (" (deletion vectors: the silver CDC tables of Lakestream before the driver-side MERGE had them; "
-                "see README, 'Upgrading')" if "deletionVectors" in features else "")
+                "see docs/operations.md, 'Upgrading')" if "deletionVectors" in features else "")
         raise DriverDeltaError(
             f"{name}: protocol (reader {reader}, writer {writer}, features {features}) is not written from the "
             f"driver{hint}; recreate the table without them (the streaming app creates (1, 2), or (1, 7) with "

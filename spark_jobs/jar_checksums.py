@@ -51,7 +51,7 @@ def read(path: Path = CHECKSUMS) -> dict[str, str]:
 
 def render(entries: dict[str, str]) -> str:
     header = ("# SHA-256 of every file setup puts in <cache>/jars (infra/jvm/*/pom.xml, from Maven Central).\n"
-              "# Verified by infra/setup.sh; regenerate after a version bump: make jar-checksums (README, Setup).\n")
+              "# Verified by infra/setup.sh; regenerate after a version bump: make jar-checksums (docs/operations.md, Setup).\n")
     return header + "".join(f"{entries[name]}  {name}\n" for name in sorted(entries))
 
 

@@ -79,7 +79,7 @@ def spark_extra_jars(settings: Settings) -> list[Path]:
 INFRA = REPO_ROOT / "infra"
 METASTORE_INIT = INFRA / "metastore" / "LakeMetastoreInit.java"
 THRIFT_AUTH = INFRA / "thrift" / "LakeThriftAuth.java"
-#: What an analyst login may not do on the Thrift and Spark Connect servers (README, Security model).
+#: What an analyst login may not do on the Thrift and Spark Connect servers (docs/security.md, Security model).
 GUARDS = tuple(INFRA / "guard" / f"{n}.java" for n in ("LakeAnalystGuard", "LakeLocalFileSystem", "LakeConnectGuard"))
 #: The streaming app's own operator (first copy of an id within a horizon, on transformWithState's TTL state).
 STREAM_SOURCES = (INFRA / "stream" / "LakeDedup.java",)

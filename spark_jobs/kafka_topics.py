@@ -33,7 +33,7 @@ def events_topic_config(settings: Settings) -> dict[str, str]:
 def cdc_topic_config(settings: Settings) -> dict[str, str]:
     """A CDC topic is log-compacted: Kafka keeps the newest record per key (Debezium's tombstones end a deleted key)
     and bronze keeps every change. ``min.compaction.lag.ms`` keeps a superseded change at least that long, so the
-    streaming app can archive it after an outage shorter than that (README, Replay (Kappa))."""
+    streaming app can archive it after an outage shorter than that (docs/operations.md, Replay (Kappa))."""
     return {"cleanup.policy": "compact", "min.compaction.lag.ms": str(settings.kafka_cdc_min_compaction_lag_ms),
             "retention.ms": str(settings.kafka_cdc_retention_ms),
             "retention.bytes": str(settings.kafka_cdc_retention_bytes)}

@@ -135,7 +135,7 @@ def run(statements: str | None, fmt: str, local: bool = False) -> int:
             refused = stream_owned_write(stmt, current_db)
             if refused:
                 click.echo(f"lake sql: refusing {stmt[:200]!r}: {refused}. A second driver writing it races the "
-                           "stream's commits and leaves silver unequal to its source (README, Second "
+                           "stream's commits and leaves silver unequal to its source (docs/operations.md, Second "
                            "writers; to undo a bad write, `lake restore-path`).", err=True)
                 return False
             try:

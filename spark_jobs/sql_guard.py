@@ -1,4 +1,4 @@
-"""Which statements of ``lake sql`` would write a table the streaming app owns (README, Second writers).
+"""Which statements of ``lake sql`` would write a table the streaming app owns (docs/operations.md, Second writers).
 
 A client-side check, not a security boundary: it reads the statement's target with regular expressions (no SQL
 parser is a dependency) after blanking string literals and comments, so it catches what a person types by

@@ -67,7 +67,7 @@ public final class LakeAnalystGuard extends AbstractFunction1<SparkSessionExtens
     }
 
     static SecurityException refused(String what) {
-        return new SecurityException("Lakestream: " + what + " is not allowed for an analyst login (README, "
+        return new SecurityException("Lakestream: " + what + " is not allowed for an analyst login (docs/security.md, "
                 + "Security model)");
     }
 

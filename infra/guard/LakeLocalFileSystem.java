@@ -51,7 +51,7 @@ public final class LakeLocalFileSystem extends LocalFileSystem {
             }
             if (!under(real, allowed) || under(real, denied)) {
                 throw new SecurityException("Lakestream: local path " + path + " is not readable or writable from "
-                        + "this server (README, Security model)");
+                        + "this server (docs/security.md, Security model)");
             }
             return file;
         }

@@ -46,7 +46,7 @@ def group() -> None:
 
     Builds shadows (replay.<db>__<table>), runs each table's suite on its shadow (block rules gate), prints a diff
     against the live table, then asks before switching (the streaming app is stopped for the switch and
-    restarted). README, "Replay (Kappa)".
+    restarted). docs/operations.md, "Replay (Kappa)".
     """
 
 

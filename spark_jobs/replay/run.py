@@ -174,7 +174,7 @@ class Lake:
         except Exception as exc:
             raise ReplayError(f"RESTORE of {name} to version {version} failed ({str(exc).splitlines()[0]}): "
                               "its files may have been vacuumed (the table's delta.deletedFileRetentionDuration "
-                              "bounds how long a rollback works; README, Replay)") from exc
+                              "bounds how long a rollback works; docs/operations.md, Replay (Kappa))") from exc
 
     def append_history(self, entries: Sequence[Entry]) -> None:
         frame = self.spark.createDataFrame([e.as_row() for e in entries], replays_schema())

@@ -10,7 +10,7 @@ For each gold daily fact with a speed counterpart:
 The watermark is read once per query (one scan of ``ops.serving_watermark``, cross-joined to the union of both
 layers, each row tagged with its layer), so every row of one answer is judged against the same watermark: a day
 is either gold's or speed's, never both and never neither. The switch of day D is the commit that moves the
-watermark to D, and the gold DAG commits D's gold before it moves the watermark (README, "Serving layer").
+watermark to D, and the gold DAG commits D's gold before it moves the watermark (docs/architecture.md, "Serving layer").
 
 Views, not tables: Spark stores their SQL in the Hive metastore, so the Thrift server (JDBC), Spark Connect
 (``lake sql``) and any later session resolve them against the current Delta versions, with nothing to refresh.

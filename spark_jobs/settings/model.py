@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     pg_airflow_user: str = Field("lake_airflow", description=(
         "Non-superuser roles (spark_jobs.stack.bootstrap.configure_postgres): owner of the airflow database (Airflow "
         "connects as it), owner of the metastore database (the Hive metastore's JDBC user), and the lake's app role "
-        "(stream, loadgen, verify: DML on the shop tables only). README, Security."))
+        "(stream, loadgen, verify: DML on the shop tables only). docs/security.md, PostgreSQL roles."))
     pg_airflow_password_secret: SecretStr = _secret("LAKE_PG_AIRFLOW_PASSWORD")
     pg_metastore_user: str = "lake_metastore"
     pg_metastore_password_secret: SecretStr = _secret("LAKE_PG_METASTORE_PASSWORD")
@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     kafka_events_retention_ms: int = Field(604800000, description=(
         "Retention of events.clickstream and of the CDC topics (shop.*), set when the topics are created (stack up, "
         "the connector) and on existing topics: ms and bytes per partition, -1 = no limit. Bronze keeps every "
-        "record forever; Kafka only has to hold what the streaming app has not archived yet (README, Retention)."))
+        "record forever; Kafka only has to hold what the streaming app has not archived yet (docs/operations.md, Retention)."))
     kafka_events_retention_bytes: int = 1073741824
     kafka_cdc_retention_ms: int = 604800000
     kafka_cdc_retention_bytes: int = 1073741824
@@ -110,13 +110,13 @@ class Settings(BaseSettings):
         "The CDC topics are log-compacted (cleanup.policy=compact: Kafka keeps the newest record per key, bronze keeps "
         "every change; their retention.* above then deletes nothing). Compaction may drop a superseded record once it "
         "is this old (min.compaction.lag.ms): keep it longer than the longest stream outage the lake tolerates; "
-        "`lake stack status` warns at LAKE_RETENTION_WARN_FRACTION of it (README, Replay (Kappa))"))
+        "`lake stack status` warns at LAKE_RETENTION_WARN_FRACTION of it (docs/operations.md, Replay (Kappa))"))
     kafka_topic_partitions: int = Field(3, description=(
         "Partitions of events.clickstream and of each CDC topic when it is created (not changed on existing topics: "
         "that would move keys between partitions). Each partition is read as its own Spark task."))
     kafka_broker_password_secret: SecretStr = _secret("LAKE_KAFKA_BROKER_PASSWORD", (
         "SASL/SCRAM passwords of the Kafka principals (spark_jobs.kafka_auth): the broker's own (PLAIN, controller "
-        "and inter-broker), the operator's tools, Connect, the streaming app, event producers; see README, Kafka "
+        "and inter-broker), the operator's tools, Connect, the streaming app, event producers; see docs/security.md, Kafka "
         "security. Secrets: generated per state dir by `lake stack up`."))
     kafka_tools_password_secret: SecretStr = _secret("LAKE_KAFKA_TOOLS_PASSWORD", None)
     kafka_connect_password_secret: SecretStr = _secret("LAKE_KAFKA_CONNECT_PASSWORD", None)
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     retention_warn_fraction: float = Field(0.5, gt=0, description=(
         "`lake stack status` warns when a record the streaming app has not processed yet has used this fraction of "
         "its topic's retention (its age against retention.ms, the bytes after it in its partition against "
-        "retention.bytes): past retention Kafka deletes it before bronze archived it (README, Retention)"))
+        "retention.bytes): past retention Kafka deletes it before bronze archived it (docs/operations.md, Retention)"))
     retention_fail_fraction: float = Field(0.8, gt=0, description=(
         "... and fails (exit 1) past this fraction"))
 
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     s3_secret_key_secret: SecretStr = _secret("LAKE_S3_SECRET_KEY")
     s3_noncurrent_days: int = Field(7, ge=1, description=(
         "The bucket is versioned: an overwritten or deleted object stays restorable (`lake restore-path`) for this "
-        "many days, then MinIO expires the old version (set by `lake stack up`; README, Versioning and restore)"))
+        "many days, then MinIO expires the old version (set by `lake stack up`; docs/operations.md, Versioning and restore)"))
 
     # Spark and the shared catalog
     spark_master: str = Field("local[2]", description="local[N], spark://host:7077, k8s://https://... or yarn")
@@ -214,7 +214,7 @@ class Settings(BaseSettings):
         "sources). About 12 of 24 GiB are free with the whole stack running; 2g spent a third of the CPU in GC."))
     stream_compact_minutes: int = Field(10, description=(
         "how often the streaming app compacts the tables it writes through Spark (OPTIMIZE between batches; "
-        "0 = never); Delta's auto compaction in the writes is off in the stream (README, Table maintenance)"))
+        "0 = never); Delta's auto compaction in the writes is off in the stream (docs/architecture.md, Table maintenance)"))
     stream_log_jobs: bool = Field(False, description=(
         "log every micro-batch's Spark jobs by call site and count (which commands a batch issues; off by default)"))
     stream_default_parallelism: int = Field(0, description=(
@@ -247,7 +247,7 @@ class Settings(BaseSettings):
     replay_rollback_hours: float = Field(72, gt=0, description=(
         "`lake replay rollback TABLE` is offered this long after a switch (recorded in ops.replays); it also needs "
         "the version's files, which VACUUM keeps for the table's delta.deletedFileRetentionDuration (7 days for "
-        "silver, 1 hour for the hot tables): README, Replay"))
+        "silver, 1 hour for the hot tables): docs/operations.md, Replay (Kappa)"))
     replay_diff_sample: int = Field(5, ge=0, description=(
         "rows per kind (only live, only replayed, changed) the replay's diff prints"))
 

@@ -361,7 +361,7 @@ def restart_loop_failure(name: str, prog: dict[str, Any], times: Sequence[dateti
     return (f"{name} keeps restarting: {recent} restarts after unexpected exits in the last {window_minutes} minutes "
             f"(more than LAKE_STREAM_MAX_RESTARTS={max_restarts} in LAKE_STREAM_RESTART_WINDOW_MINUTES="
             f"{window_minutes}); last error: {error}; see {prog['log']}, fix the cause (a poison record: "
-            "quarantine.cdc, README 'CDC path'), then `lake stream stop` and `lake stream start`")
+            "quarantine.cdc, docs/architecture.md 'CDC path'), then `lake stream stop` and `lake stream start`")
 
 
 #: A Python exception's own line (``OverflowError: int too big to convert``), as a traceback ends.

@@ -119,7 +119,7 @@ def init_postgres(settings: Settings) -> None:
     write_pg_hba(settings)
 
 
-# Who may do what in PostgreSQL (README, Security). The superuser (LAKE_PG_SUPERUSER) only bootstraps: roles,
+# Who may do what in PostgreSQL (docs/security.md, PostgreSQL roles). The superuser (LAKE_PG_SUPERUSER) only bootstraps: roles,
 # databases, shop migrations, the health probe and tests. Everything else has its own non-superuser role:
 #   airflow role    owns the airflow database (Airflow's migrations create and alter its tables)
 #   metastore role  owns the metastore database (DataNucleus creates the metastore tables on first use)

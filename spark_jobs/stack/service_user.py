@@ -6,9 +6,9 @@ run as that user and own the state dir, so no file there is written by two users
 user cannot reach the checkout, its venv, the state dir or the artifact cache (a checkout under a 0700 home):
 ``lake`` then says so and why, and runs as before (PostgreSQL as ``LAKE_PG_OS_USER``).
 
-Root trusts nothing the service user can write (README, Security model): the settings that decide privilege
-(``LAKE_SERVICE_USER``, ``LAKE_CACHE_DIR``) come from root's environment and the defaults, never from the
-state dir's ``.env``; the state dir is walked through directory descriptors without following a link
+Root trusts nothing the service user can write (docs/security.md, The state dir and the service user): the
+settings that decide privilege (``LAKE_SERVICE_USER``, ``LAKE_CACHE_DIR``) come from root's environment and the
+defaults, never from the state dir's ``.env``; the state dir is walked through directory descriptors without following a link
 (:func:`os.fwalk`), so a link or a swapped folder cannot point root's chown elsewhere; a file with other hard
 links is left alone; and root creates nothing in the state dir: the service user's ``home`` is made after the
 switch, by the service user.

@@ -144,7 +144,7 @@ def driver_port_args(driver_port: int, block_manager_port: int) -> list[str]:
 
 def analyst_guard_conf(settings: Settings) -> dict[str, str]:
     """Spark properties of the servers analysts log in to (Thrift, Spark Connect): they run SQL as the service
-    user, so they may neither load code nor touch local files (infra/guard, README "Security model").
+    user, so they may neither load code nor touch local files (infra/guard, docs/security.md "Security model").
 
     The local file system allows only the servers' own scratch folders (Hive's session dirs, Spark's temp files
     under the JVM's temp dir), and never the state dir, the artifact cache, the repository or the home folder,

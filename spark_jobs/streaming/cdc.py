@@ -184,7 +184,7 @@ class CdcApp:
             raise RuntimeError(
                 f"{contract.silver} is a view over {contract.silver}__base and __changes (the merge-on-read "
                 "layout before silver became one Delta table) and there is no in-place upgrade before 1.0; "
-                "`make clean`, then `make up` (PostgreSQL is snapshotted again by the connector). See README, "
+                "`make clean`, then `make up` (PostgreSQL is snapshotted again by the connector). See docs/operations.md, "
                 "'Upgrading'.")
 
     # -- the batch --------------------------------------------------------------

@@ -52,7 +52,7 @@ def write_fair_scheduler(settings: Settings) -> Path:
 
 
 def stream_conf(settings: Settings) -> dict[str, str]:
-    """Spark properties of the streaming app's driver, all from settings (README, Configuration)."""
+    """Spark properties of the streaming app's driver, all from settings (docs/configuration.md)."""
     from spark_jobs.session import AUTO_COMPACT_OFF
 
     conf = {

@@ -370,7 +370,7 @@ def require_plan(spark: SparkSession, checkpoint: str, query: str) -> None:
             f"{query}: its checkpoint {checkpoint} was written by an older plan ({older}) whose state this "
             f"version cannot resume (now: {PLAN_VERSION}). There is no "
             "in-place upgrade before 1.0: `lake stack clean --yes` (or `make clean FORCE=1`), then `make up` "
-            "(README, Upgrading).")
+            "(docs/operations.md, Upgrading).")
     write_checkpoint_file(spark, marker, PLAN_VERSION + "\n")
 
 

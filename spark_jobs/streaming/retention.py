@@ -1,6 +1,6 @@
 """How close Kafka is to deleting records the streaming app has not archived yet.
 
-Bronze is the archive, Kafka only a window (``retention.ms`` / ``retention.bytes`` per partition, README,
+Bronze is the archive, Kafka only a window (``retention.ms`` / ``retention.bytes`` per partition, docs/operations.md,
 Retention). While the app is stopped or behind, the oldest record it has not processed ages and more bytes
 pile up after it; once either reaches its topic's limit Kafka deletes it and bronze never sees it. Per
 partition of each input topic this measures:
@@ -13,7 +13,7 @@ partition of each input topic this measures:
 Kafka deletes a whole segment once its newest record is past retention, so a record goes no sooner than the
 fraction reaches 1: the measure errs on the early side. The CDC topics are log-compacted (:func:`limits`): their
 deadline is ``min.compaction.lag.ms``, after which a change superseded by a newer record of its key may be
-compacted away before bronze archived it (the stream would skip its offset: README, Replay (Kappa)).
+compacted away before bronze archived it (the stream would skip its offset: docs/operations.md, Replay (Kappa)).
 "Processed" is :func:`spark_jobs.streaming.progress.processed_offsets`: for
 the events topic the lower of the archive's and the hot query's offsets.
 """
@@ -53,7 +53,7 @@ class PartitionRetention:
     @property
     def compacted_unread(self) -> int:
         """Offsets the app has not archived that the cleaner has already compacted (superseded changes there may
-        be gone: the stream will skip them, README, Replay (Kappa))."""
+        be gone: the stream will skip them, docs/operations.md, Replay (Kappa))."""
         if self.cleaned is None or self.processed < 0 or not self.behind:
             return 0
         return max(0, self.cleaned - (self.processed + 1))
@@ -132,8 +132,8 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
     failures: list[str] = []
     warnings: list[str] = []
     for p in partitions:
-        raise_what = ("LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))" if p.limit ==
-                      "min.compaction.lag.ms" else "LAKE_KAFKA_*_RETENTION_* (README, Retention)")
+        raise_what = ("LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (docs/operations.md, Replay (Kappa))" if p.limit ==
+                      "min.compaction.lag.ms" else "LAKE_KAFKA_*_RETENTION_* (docs/operations.md, Retention)")
         fix = f"let the stream catch up (`lake stream start`) or raise {raise_what}"
         if p.compacted_unread:
             failures.append(
@@ -141,10 +141,10 @@ def assess(partitions: Iterable[PartitionRetention], warn_fraction: float,
                 "which the streaming app has not archived: superseded changes there may be gone from Kafka and will "
                 "be missing from bronze (silver stays right; the SCD2 history loses those versions). Let the stream "
                 "catch up (`lake stream start`), then `lake replay gaps` names the keys; raise "
-                "LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS above the longest outage (README, Replay (Kappa))")
+                "LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS above the longest outage (docs/operations.md, Replay (Kappa))")
         elif p.lost:
             failures.append(f"{p.name}: Kafka already deleted {p.lost} record(s) the streaming app never archived "
-                            "(the app fails at start with failOnDataLoss; README, Retention, says how to recover)")
+                            "(the app fails at start with failOnDataLoss; docs/operations.md, Retention, says how to recover)")
         elif p.behind and p.fraction >= fail_fraction:
             failures.append(f"{_describe(p)}; past LAKE_RETENTION_FAIL_FRACTION={fail_fraction}: {fix}")
         elif p.behind and p.fraction >= warn_fraction:

@@ -100,7 +100,7 @@ def _micros(value: Any) -> Any:
 
 # After every other test: its records stay in bronze (the archive keeps every record, quarantined ones too), and
 # their business times contradict their source order, so gold's DQ gate blocks dim_customers from then on
-# (valid_to_after_valid_from: README Known limits), which would fail the gold, DQ and serving tests after it.
+# (valid_to_after_valid_from: docs/operations.md, Known limits), which would fail the gold, DQ and serving tests after it.
 @pytest.mark.runs_last
 def test_fuzzed_poison_is_quarantined_good_records_applied_and_the_stream_keeps_running(cdc: Settings) -> None:
     # A test before this one may have just restarted the stream: supervisord calls it RUNNING after startsecs (45 s).

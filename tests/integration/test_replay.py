@@ -1,6 +1,6 @@
 """The Kappa rebuild on the real stack: `lake replay` from the bronze archive after Kafka lost the beginning of a
 topic, the switch, a rollback that restores exactly, and a compacted CDC topic that really compacts while bronze
-keeps every change (README, Replay (Kappa)).
+keeps every change (docs/operations.md, Replay (Kappa)).
 
 The tests share the stack's tables and run in file order: the rollback test rolls back the switch the first test
 made. Each starts the stream again in a ``finally`` and drains it, so the tests after these find it running.

@@ -1,4 +1,4 @@
-"""A deleted table path restored from the bucket's old versions (README, Versioning and restore): a Delta table is
+"""A deleted table path restored from the bucket's old versions (docs/operations.md, Versioning and restore): a Delta table is
 written with `lake sql`, every object under its path is deleted, `lake restore-path` brings it back as it was,
 and Spark reads the same rows. Also checks what `lake stack up` set: versioning and the expiry rule."""
 

@@ -1,5 +1,5 @@
 """`lake stack status` against Kafka retention: the stream stopped with records it has not archived warns, then
-fails once the thresholds are passed (README, Retention: Kafka and the bronze archive).
+fails once the thresholds are passed (docs/operations.md, Retention: Kafka and the bronze archive).
 
 The records are real (produced to events.clickstream while the stream is stopped), and so are the topic's
 retention.ms/retention.bytes (read from the broker) and the records' age; what makes seconds count like days is

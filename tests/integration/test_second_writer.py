@@ -1,4 +1,4 @@
-"""`lake sql` refuses a write to a stream-owned table and names its writer (README, Second writers); reads
+"""`lake sql` refuses a write to a stream-owned table and names its writer (docs/operations.md, Second writers); reads
 still run."""
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def test_every_table_the_code_writes_is_in_the_registry_once() -> None:
     assert lake_table(quarantine_table("gold.fct_orders")).writer.startswith("data-quality gate")
     with pytest.raises(KeyError, match=r"silver\.nope is not in the table registry \(spark_jobs/contracts/tables\.py\)"):
         lake_table("silver.nope")
-    # A replay's shadow is laid out as its live table (README, Replay (Kappa)).
+    # A replay's shadow is laid out as its live table (docs/operations.md, Replay (Kappa)).
     shadow = lake_table("replay.silver__orders__deleted")
     assert (shadow.keys, shadow.properties) == (TABLES["silver.orders__deleted"].keys,
                                                 TABLES["silver.orders__deleted"].properties)

@@ -71,7 +71,7 @@ def test_records_kafka_already_deleted_are_a_failure() -> None:
     failures, warnings = assess([p], 0.5, 0.8)
     assert warnings == []
     assert failures == ["events.clickstream:0: Kafka already deleted 20 record(s) the streaming app never archived "
-                        "(the app fails at start with failOnDataLoss; README, Retention, says how to recover)"]
+                        "(the app fails at start with failOnDataLoss; docs/operations.md, Retention, says how to recover)"]
 
 
 @pytest.mark.parametrize(("age_days", "failed", "warned"), [(3.0, 0, 0), (3.5, 0, 1), (6.0, 1, 0), (8.0, 1, 0)])
@@ -85,7 +85,7 @@ def test_warning_names_partition_age_bytes_and_setting() -> None:
     assert warnings == ["events.clickstream:0: 100 record(s) not archived, oldest unprocessed record 84.0 h old of "
                         "retention.ms 168.0 h (50.0%), ~0.25 GiB behind of retention.bytes 1.00 GiB (25.0%); past "
                         "LAKE_RETENTION_WARN_FRACTION=0.5: let the stream catch up (`lake stream start`) or raise "
-                        "LAKE_KAFKA_*_RETENTION_* (README, Retention)"]
+                        "LAKE_KAFKA_*_RETENTION_* (docs/operations.md, Retention)"]
 
 
 def test_log_bytes_sums_segments(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_a_compacted_cdc_topic_is_measured_against_its_compaction_lag() -> None:
     assert failures == []
     assert warnings and warnings[0].startswith("shop.public.orders:1: 10 record(s) not archived, oldest unprocessed "
                                                "record 28.8 h old of min.compaction.lag.ms 48.0 h (60.0%)")
-    assert warnings[0].endswith("raise LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (README, Replay (Kappa))")
+    assert warnings[0].endswith("raise LAKE_KAFKA_CDC_MIN_COMPACTION_LAG_MS (docs/operations.md, Replay (Kappa))")
 
 
 def test_an_unarchived_range_the_cleaner_already_compacted_fails_naming_gaps(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The pinned supply chain: requirements*.lock cover pyproject with hashes; infra/jvm/checksums.sha256 covers the poms.
 
-Regenerate with ``make lock`` / ``make jar-checksums`` (README, Setup); these tests fail when a pin moves without it.
+Regenerate with ``make lock`` / ``make jar-checksums`` (docs/operations.md, Setup); these tests fail when a pin moves without it.
 """
 
 from __future__ import annotations
