@@ -1,4 +1,4 @@
-"""CPU seconds of a streaming app's processes and threads, split into driver and executor work (from /proc).
+"""CPU seconds of a streaming app's processes and threads, split into driver and executor work (psutil).
 
 The benches report the driver's share of the CPU during catch-up (goal <= 10%):
 :func:`cpu_snapshot` before and after, :func:`cpu_split` of the two. In ``local[*]`` the driver JVM also
@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 if TYPE_CHECKING:
     from spark_jobs.settings import Settings
 
@@ -26,48 +28,57 @@ SHARED_THREADS = ("GC Thread", "G1 ", "C1 Compiler", "C2 Compiler", "VM ", "Swee
                   "Monitor Deflati", "Common-Cleaner", "Finalizer", "Reference Handl", "Signal Dispatch")
 
 
-def _stat(path: Path) -> tuple[str, list[str]] | None:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(*seconds: float) -> int:
+    """psutil's CPU seconds (``/proc``'s clock ticks over ``SC_CLK_TCK``) back in ticks: snapshots stay whole
+    numbers, exactly the kernel's counts."""
+    return sum(round(s * _TICK) for s in seconds)
+
+
+def _own(proc: psutil.Process) -> int | None:
+    """Ticks of ``proc`` itself (user + system), None if it is gone."""
     try:
-        text = path.read_text()
+        t = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return _ticks(t.user, t.system)
+
+
+def _with_reaped(proc: psutil.Process) -> int | None:
+    """Ticks of ``proc`` and of its children it has waited for (``cutime``, ``cstime``), None if it is gone."""
+    try:
+        t = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return _ticks(t.user, t.system, t.children_user, t.children_system)
+
+
+def _children(proc: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+    try:
+        return list(proc.children(recursive=recursive))
+    except psutil.Error:
+        return []
+
+
+def _thread_name(pid: int, tid: int) -> str | None:
+    # psutil's threads() has each thread's id and CPU times but not its name, which says whose work it does:
+    # read from /proc (the kernel's comm, at most 15 characters). None: the thread has exited.
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
     except OSError:
         return None
-    head, _, rest = text.rpartition(")")
-    return head.partition("(")[2], rest.split()
-
-
-def _ticks(fields: list[str], children: bool = False) -> int:
-    # fields[0] is the state (field 3 of proc(5)); utime, stime are 14, 15; cutime, cstime 16, 17.
-    own = int(fields[11]) + int(fields[12])
-    return own + (int(fields[13]) + int(fields[14]) if children else 0)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat(entry / "stat")
-            if stat and int(stat[1][1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def cluster_executors(app: str) -> list[int]:
     """Pids of the executor JVMs a standalone cluster's workers run for one application: ``app`` is its
     application id or its driver's RPC URL (``spark://CoarseGrainedScheduler@host:port``), both in their argv."""
-    wanted = app.encode()
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            argv = _cmdline(int(entry.name)).split(b"\0")
-            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and wanted in argv:
-                pids.append(int(entry.name))
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []  # None: not ours to read
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and app in argv:
+            pids.append(proc.pid)
     return pids
 
 
@@ -79,15 +90,12 @@ def stream_executors_of(settings: Settings) -> str | None:
     return f"spark://CoarseGrainedScheduler@{settings.host}:{settings.stream_driver_port}"
 
 
-def _tree(out: dict[str, tuple[str, int]], root: int, bucket: str) -> None:
+def _tree(out: dict[str, tuple[str, int]], root: psutil.Process, bucket: str) -> None:
     """Every process under ``root`` (Python workers), with their reaped children, into ``bucket``."""
-    todo = _children(root)
-    while todo:
-        pid = todo.pop()
-        pstat = _stat(Path(f"/proc/{pid}/stat"))
-        if pstat is not None:
-            out[f"pid:{pid}"] = (bucket, _ticks(pstat[1], children=True))
-            todo.extend(_children(pid))
+    for proc in _children(root, recursive=True):
+        ticks = _with_reaped(proc)
+        if ticks is not None:
+            out[f"pid:{proc.pid}"] = (bucket, ticks)
 
 
 def cpu_snapshot(driver_pid: int, executors_of: str | None = None) -> dict[str, tuple[str, int]]:
@@ -104,29 +112,42 @@ def cpu_snapshot(driver_pid: int, executors_of: str | None = None) -> dict[str, 
     tasks) with their Python workers.
     """
     out: dict[str, tuple[str, int]] = {}
-    driver = _stat(Path(f"/proc/{driver_pid}/stat"))
-    if driver is None:
+    try:
+        driver = psutil.Process(driver_pid)
+    except psutil.Error:
         return out
-    out["driver"] = ("driver_python", _ticks(driver[1]))
-    for jvm in _children(driver_pid):
-        stat = _stat(Path(f"/proc/{jvm}/stat"))
-        if stat is None or stat[0] != "java":
-            continue
-        out[f"jvm:{jvm}"] = ("jvm_total", _ticks(stat[1]))
-        for task in Path(f"/proc/{jvm}/task").iterdir():
-            tstat = _stat(task / "stat")
-            if tstat is None:
+    ticks = _own(driver)
+    if ticks is None:
+        return out
+    out["driver"] = ("driver_python", ticks)
+    for jvm in _children(driver):
+        try:
+            if jvm.name() != "java":
                 continue
-            name = tstat[0]
+            threads = jvm.threads()
+        except psutil.Error:
+            continue
+        ticks = _own(jvm)
+        if ticks is None:
+            continue
+        out[f"jvm:{jvm.pid}"] = ("jvm_total", ticks)
+        for thread in threads:
+            name = _thread_name(jvm.pid, thread.id)
+            if name is None:
+                continue
             bucket = ("executor" if name.startswith(EXECUTOR_THREADS)
                       else "jvm_shared" if name.startswith(SHARED_THREADS) else "driver_jvm")
-            out[f"tid:{task.name}"] = (bucket, _ticks(tstat[1]))
+            out[f"tid:{thread.id}"] = (bucket, _ticks(thread.user_time, thread.system_time))
         _tree(out, jvm, "executor")
     for pid in cluster_executors(executors_of) if executors_of else []:
-        stat = _stat(Path(f"/proc/{pid}/stat"))
-        if stat is not None:
-            out[f"exec:{pid}"] = ("executor", _ticks(stat[1]))
-            _tree(out, pid, "executor")
+        try:
+            executor = psutil.Process(pid)
+        except psutil.Error:
+            continue
+        ticks = _own(executor)
+        if ticks is not None:
+            out[f"exec:{pid}"] = ("executor", ticks)
+            _tree(out, executor, "executor")
     return out
 
 
@@ -139,7 +160,7 @@ def cpu_split(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, in
     driver-side threads over everything; ``driver_share_upper`` adds the shared
     GC/JIT and the exited threads to the driver's side (a bound, not an estimate).
     """
-    tick = os.sysconf("SC_CLK_TCK")
+    tick = _TICK
     seconds: dict[str, float] = {"driver_python": 0.0, "driver_jvm": 0.0, "executor": 0.0, "jvm_shared": 0.0,
                                  "jvm_total": 0.0}
     for key, (bucket, ticks) in after.items():

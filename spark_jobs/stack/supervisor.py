@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 from supervisor.xmlrpc import SupervisorTransport
 from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
 
@@ -170,11 +171,14 @@ def daemon_pid(settings: Settings) -> int | None:
 
 
 def is_supervisord(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
+    """Whether ``pid`` is a live process with ``supervisord`` in its command line."""
+    if pid <= 0:
         return False
-    return "supervisord" in cmdline
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:  # gone, or not ours to read
+        return False
+    return "supervisord" in " ".join(argv)
 
 
 def start_daemon(settings: Settings, services: list[Service]) -> None:

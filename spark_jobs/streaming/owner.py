@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from spark_jobs.settings import Settings
 
 __all__ = ["QueryOwned", "claim", "lock_path"]
@@ -77,8 +79,7 @@ def claim(settings: Settings, queries: list[str]) -> Claim:
         f.write(json.dumps({"pid": os.getpid(), "query": query,
                             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
                             "supervised": os.environ.get("SUPERVISOR_PROCESS_NAME"),
-                            "cmdline": " ".join(Path(f"/proc/{os.getpid()}/cmdline").read_text()
-                                                .split("\0")).strip()}))
+                            "cmdline": " ".join(psutil.Process().cmdline()).strip()}))
         f.flush()
         held.append(f)
     return Claim(held)

@@ -1,4 +1,4 @@
-"""spark_jobs.bench.proc_cpu: the CPU split of the streaming app's processes and threads (from /proc snapshots)."""
+"""spark_jobs.bench.proc_cpu: the CPU split of the streaming app's processes and threads (psutil snapshots)."""
 
 from __future__ import annotations
 
@@ -58,4 +58,64 @@ def test_cluster_executors_of_the_driver_count_as_executor_work() -> None:
     finally:
         for p in (ours, other):
             p.kill()
+            p.wait()
+
+
+JVM = """
+import json, os, subprocess, sys, threading, time
+
+def thread(name, seconds, ready):
+    def run():
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+            comm.write(name)
+        tids[name] = threading.get_native_id()
+        t = time.thread_time()
+        while time.thread_time() - t < seconds:
+            pass
+        ready.set()
+        time.sleep(60)
+    return threading.Thread(target=run, daemon=True)
+
+tids = {}
+events = [threading.Event(), threading.Event()]
+for (name, seconds), ready in zip((("Executor task 1", 0.3), ("GC Thread#0", 0.1)), events):
+    thread(name, seconds, ready).start()
+for ready in events:
+    ready.wait()
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(json.dumps({"tids": tids, "worker": worker.pid}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_snapshot_buckets_the_jvm_child_threads_by_name_and_its_workers_as_executor(tmp_path) -> None:
+    """A stand-in JVM (a Python named ``java``): its threads go to buckets by name, its children to executor,
+    a child that is not a JVM is not counted."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    java = tmp_path / "java"  # the process's name (comm) is the file name it was started from
+    java.symlink_to(sys.executable)
+    jvm = subprocess.Popen([str(java), "-c", JVM], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert jvm.stdout is not None
+        started = json.loads(jvm.stdout.readline())
+        snap = cpu_snapshot(os.getpid())
+        tick = os.sysconf("SC_CLK_TCK")
+        assert snap[f"jvm:{jvm.pid}"][0] == "jvm_total" and snap[f"jvm:{jvm.pid}"][1] >= 0.3 * tick
+        assert snap[f"tid:{started['tids']['Executor task 1']}"][0] == "executor"
+        assert snap[f"tid:{started['tids']['Executor task 1']}"][1] >= 0.2 * tick  # spun 0.3 s; ticks are coarser
+        assert snap[f"tid:{started['tids']['GC Thread#0']}"][0] == "jvm_shared"
+        assert snap[f"tid:{jvm.pid}"][0] == "driver_jvm"  # the main thread, named "java"
+        assert snap[f"pid:{started['worker']}"][0] == "executor"
+        assert not any(str(other.pid) in key for key in snap)
+        split = cpu_split({}, snap)["cpu_seconds"]
+        assert split["executor"] >= 0.2 and split["jvm_shared"] >= 0.05
+    finally:
+        os.killpg(jvm.pid, signal.SIGKILL)
+        other.kill()
+        for p in (jvm, other):
             p.wait()

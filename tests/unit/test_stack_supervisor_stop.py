@@ -55,3 +55,28 @@ def test_a_program_that_does_not_stop_names_itself_and_its_state(settings, monke
     monkeypatch.setattr(supervisor, "rpc", lambda s: FakeSupervisor(["STOPPING"]))
     with pytest.raises(StackError, match=r"stream is still STOPPING 0s after the stop request"):
         stop_program(settings, "stream", timeout=0.05, poll=0.01)
+
+
+def test_is_supervisord_matches_the_command_line_of_a_live_process(settings) -> None:
+    """The pid file's process counts as our supervisord only while alive with ``supervisord`` in its argv."""
+    import subprocess
+    import sys
+
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "supervisor.supervisord"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert supervisor.is_supervisord(daemon.pid)
+        assert not supervisor.is_supervisord(other.pid)
+        supervisor.pid_path(settings).parent.mkdir(parents=True, exist_ok=True)
+        supervisor.pid_path(settings).write_text(f"{daemon.pid}\n")
+        assert supervisor.daemon_pid(settings) == daemon.pid
+    finally:
+        for p in (daemon, other):
+            p.kill()
+            p.wait()
+    assert not supervisor.is_supervisord(daemon.pid) and not supervisor.is_supervisord(0)
+    assert not supervisor.is_supervisord(-1)
+    # Not running any more: the stale pid file and socket are removed.
+    supervisor.socket_path(settings).write_text("")
+    assert supervisor.daemon_pid(settings) is None
+    assert not supervisor.pid_path(settings).exists() and not supervisor.socket_path(settings).exists()

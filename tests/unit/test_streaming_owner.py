@@ -53,3 +53,17 @@ def test_other_queries_are_independent(tmp_path: Path) -> None:
         events.release()
     finally:
         cdc.release()
+
+
+def test_the_claim_names_this_process_and_its_command_line(tmp_path: Path) -> None:
+    import json
+
+    settings = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    held = claim(settings, ["lake_cdc"])
+    try:
+        owner = json.loads(lock_path(settings, "lake_cdc").read_text())
+    finally:
+        held.release()
+    argv = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().decode().split("\0")
+    assert owner["pid"] == os.getpid() and owner["query"] == "lake_cdc"
+    assert owner["cmdline"] == " ".join(argv).strip() and "pytest" in owner["cmdline"]
