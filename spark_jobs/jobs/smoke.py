@@ -33,6 +33,14 @@ def smoke_rows(spark: SparkSession, run_id: str, rows: int) -> DataFrame:
     ))
 
 
+def run_predicate(run_id: str) -> str:
+    """The Delta ``replaceWhere`` predicate of one run's rows. Delta takes it as SQL text only (no parameter
+    markers), so the run id is a string literal quoted by :func:`spark_jobs.quality.store.sql_string`."""
+    from spark_jobs.quality.store import sql_string
+
+    return "run_id = " + sql_string(run_id)
+
+
 def _positive(ctx: click.Context, param: click.Parameter, value: int) -> int:
     if value < 1:
         raise click.BadParameter(f"--rows must be >= 1, got {value}")
@@ -52,16 +60,17 @@ def command(run_id: str | None, rows: int) -> int:
 
 def main(run_id: str, rows: int) -> int:
     """Write ``rows`` rows for ``run_id``, read them back through the catalog; 0 only if they are equal."""
+    from pyspark.sql import functions as F
+
     from spark_jobs.session import build_session
     from spark_jobs.settings import load_settings
     from spark_jobs.table_io import replace_partition
 
     settings = load_settings()
     spark = build_session(settings, "lake-smoke")
-    quoted = run_id.replace("'", "''")
     df = smoke_rows(spark, run_id, rows)
-    replace_partition(df, settings, TABLE, f"run_id = '{quoted}'")
-    back = spark.table(TABLE).where(f"run_id = '{quoted}'")
+    replace_partition(df, settings, TABLE, run_predicate(run_id))
+    back = spark.table(TABLE).where(F.col("run_id") == F.lit(run_id))
     got = sorted((r.n, r.square) for r in back.select("n", "square").collect())
     want = [(n, n * n) for n in range(1, rows + 1)]
     location = spark.sql(f"DESCRIBE DETAIL {TABLE}").select("location").first()

@@ -47,7 +47,12 @@ def quarantine_table(table: str) -> str:
 
 
 def sql_string(value: str) -> str:
-    """A Spark SQL string literal."""
+    """A Spark SQL string literal (backslash escapes: Spark's default parser, ``escapedStringLiterals`` off).
+
+    Only for SQL text that takes no parameters: a Delta ``replaceWhere`` predicate (a writer option, see
+    :mod:`spark_jobs.table_io`) and the ``where`` of the same rows. A query run through ``spark.sql`` binds its
+    values as named parameters instead (``spark.sql(query, args={...})``).
+    """
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 

@@ -10,11 +10,15 @@ import pwd
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack.errors import StackError, run_tool, system_tool
 from spark_jobs.stack.templates import render_template
 from spark_jobs.stack.tools import pg_bin
+
+if TYPE_CHECKING:
+    from psycopg2 import sql
 
 log = logging.getLogger(__name__)
 
@@ -141,36 +145,43 @@ def _roles(settings: Settings) -> list[tuple[str, str, bool]]:
             (settings.pg_metastore_user, settings.pg_metastore_password, False)]
 
 
-def role_sql(role: str, exists: bool, replication: bool) -> str:
+def role_sql(role: str, exists: bool, replication: bool) -> sql.Composed:
     """CREATE/ALTER ROLE for one login role (the password is a %s parameter): never superuser, creates nothing."""
+    from psycopg2 import sql
+
     verb = "ALTER" if exists else "CREATE"
     repl = "REPLICATION" if replication else "NOREPLICATION"
-    return (f"{verb} ROLE {_ident(role)} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS {repl} "
-            "PASSWORD %s")
+    return sql.SQL("{verb} ROLE {role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS {repl} "
+                   "PASSWORD %s").format(verb=sql.SQL(verb), role=_ident(role), repl=sql.SQL(repl))
 
 
-def database_privilege_sql(settings: Settings) -> list[str]:
+def database_privilege_sql(settings: Settings) -> list[sql.Composed]:
     """Owners and CONNECT rights of the three databases (run in any database, idempotent)."""
+    from psycopg2 import sql
+
     shop, cdc, app = _ident(settings.pg_shop_db), _ident(settings.cdc_user), _ident(settings.pg_app_user)
-    out = [f"ALTER DATABASE {_ident(settings.airflow_db)} OWNER TO {_ident(settings.pg_airflow_user)}",
-           f"ALTER DATABASE {_ident(settings.metastore_db)} OWNER TO {_ident(settings.pg_metastore_user)}"]
+    owner = sql.SQL("ALTER DATABASE {} OWNER TO {}")
+    out = [owner.format(_ident(settings.airflow_db), _ident(settings.pg_airflow_user)),
+           owner.format(_ident(settings.metastore_db), _ident(settings.pg_metastore_user))]
     # The owner keeps its rights (they are in the ACL); PUBLIC loses CONNECT and TEMPORARY.
-    out += [f"REVOKE ALL ON DATABASE {_ident(db)} FROM PUBLIC"
+    out += [sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(_ident(db))
             for db in (settings.pg_shop_db, settings.airflow_db, settings.metastore_db)]
-    out += [f"REVOKE ALL ON DATABASE {shop} FROM {cdc}",  # installations before this change granted CREATE
-            f"GRANT CONNECT ON DATABASE {shop} TO {cdc}, {app}"]
+    out += [sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(shop, cdc),  # older installations granted CREATE
+            sql.SQL("GRANT CONNECT ON DATABASE {} TO {}, {}").format(shop, cdc, app)]
     return out
 
 
-def shop_privilege_sql(settings: Settings, tables: list[str]) -> list[str]:
+def shop_privilege_sql(settings: Settings, tables: list[str]) -> list[sql.Composed]:
     """Grants inside the shop database (after its migrations): the app role's DML on ``tables``, nothing to create."""
+    from psycopg2 import sql
+
     cdc, app = _ident(settings.cdc_user), _ident(settings.pg_app_user)
-    listed = ", ".join(f"public.{_ident(t)}" for t in tables)
-    return ["REVOKE CREATE ON SCHEMA public FROM PUBLIC",
-            f"REVOKE CREATE ON SCHEMA public FROM {cdc}, {app}",
-            f"GRANT USAGE ON SCHEMA public TO {app}",
-            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {listed} TO {app}",
-            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {app}"]
+    listed = sql.SQL(", ").join(sql.SQL("public.{}").format(_ident(t)) for t in tables)
+    return [sql.SQL("REVOKE CREATE ON SCHEMA public FROM PUBLIC").format(),
+            sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}, {}").format(cdc, app),
+            sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(app),
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(listed, app),
+            sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}").format(app)]
 
 
 #: relkind -> the ALTER ... OWNER TO noun (sequences owned by a column follow their table).
@@ -200,13 +211,19 @@ SELECT 'ROUTINE', p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n O
 """
 
 
-def owner_transfer_sql(owned: list[tuple[str, str]], owner: str) -> list[str]:
+def owner_transfer_sql(owned: list[tuple[str, str]], owner: str) -> list[sql.Composed]:
     """``ALTER ... OWNER TO owner`` for each (kind, quoted name) row of :data:`_OWNED_OBJECTS`.
 
-    Not ``REASSIGN OWNED``: it also moves the old owner's databases (shared objects), and the bootstrap
-    superuser owns the system catalogs, which cannot move.
+    The names arrive quoted by the server (``quote_ident``, ``regprocedure`` with its argument types), so they
+    go in as SQL text; ``kind`` is one of the query's own nouns or relkinds. Not ``REASSIGN OWNED``: it also
+    moves the old owner's databases (shared objects), and the bootstrap superuser owns the system catalogs,
+    which cannot move.
     """
-    return [f"ALTER {_REL_KINDS.get(kind, kind)} {name} OWNER TO {_ident(owner)}" for kind, name in owned]
+    from psycopg2 import sql
+
+    return [sql.SQL("ALTER {} {} OWNER TO {}").format(sql.SQL(_REL_KINDS.get(kind, kind)), sql.SQL(name),
+                                                      _ident(owner))
+            for kind, name in owned]
 
 
 def hba_addresses(host: str) -> list[str]:
@@ -275,12 +292,14 @@ def configure_postgres(settings: Settings) -> None:
     and the CDC role's old rights and replaces initdb's pg_hba (reloaded, no restart).
     """
     import psycopg2
+    from psycopg2 import sql
 
     conn = psycopg2.connect(settings.pg_dsn(), connect_timeout=5)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute(f"ALTER ROLE {_ident(settings.pg_superuser)} PASSWORD %s", (settings.pg_password,))
+            cur.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(_ident(settings.pg_superuser)),
+                        (settings.pg_password,))
             for role, password, replication in _roles(settings):
                 cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))
                 cur.execute(role_sql(role, cur.fetchone() is not None, replication), (password,))
@@ -289,7 +308,8 @@ def configure_postgres(settings: Settings) -> None:
             for db, owner in owners.items():
                 cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
                 if not cur.fetchone():
-                    cur.execute(f"CREATE DATABASE {_ident(db)} OWNER {_ident(owner)} ENCODING 'UTF8'")
+                    cur.execute(sql.SQL("CREATE DATABASE {} OWNER {} ENCODING 'UTF8'").format(_ident(db),
+                                                                                            _ident(owner)))
             for stmt in database_privilege_sql(settings):
                 cur.execute(stmt)
         for db, owner in ((settings.airflow_db, settings.pg_airflow_user),
@@ -359,7 +379,8 @@ def migrate_shop(settings: Settings) -> list[str]:
             version = path.name.split("__", 1)[0]
             if version in done:
                 continue
-            text = render_template(path.read_text(encoding="utf-8"), {"CDC_USER": _ident(settings.cdc_user)})
+            cdc_user = _ident(settings.cdc_user).as_string(conn)  # psycopg2 quotes on a connection
+            text = render_template(path.read_text(encoding="utf-8"), {"CDC_USER": cdc_user})
             try:
                 with conn, conn.cursor() as cur:
                     cur.execute(text)
@@ -373,10 +394,17 @@ def migrate_shop(settings: Settings) -> list[str]:
     return applied_now
 
 
-def _ident(name: str) -> str:
+def _ident(name: str) -> sql.Identifier:
+    """A role, database or table name as a quoted identifier (psycopg2 quotes it).
+
+    Names are also held to letters, digits and underscores: they come from settings, and pg_hba.conf
+    (:func:`pg_hba_text`) lists the same role and database names unquoted.
+    """
+    from psycopg2 import sql
+
     if not name.replace("_", "").isalnum():
         raise StackError(f"role name {name!r} must be alphanumeric/underscore")
-    return '"' + name + '"'
+    return sql.Identifier(name)
 
 
 def configure(settings: Settings) -> None:

@@ -85,3 +85,12 @@ def test_first_write_of_a_scope_appends_blindly_and_a_rerun_replaces_its_rows(
     assert sorted((r[0], r[1]) for r in rows) == [("fct_daily_sales", "a"), ("fct_daily_sales", "b"),
                                                    ("fct_daily_sales", "c"), ("fct_orders", "a")]
     spark.sql(f"DROP TABLE {store.RESULTS_TABLE}")
+
+
+@pytest.mark.parametrize("value", ["scheduled__2026-03-01T00:10:00+00:00", "it's", "a'' OR ''='", "back\\slash\\",
+                                   "new\nline", "ü; --"])
+def test_sql_string_reads_back_as_the_same_value(spark: Any, value: str) -> None:
+    """The literal ``replaceWhere`` predicates are built from (Delta takes SQL text, no parameters)."""
+    from pyspark.sql import functions as F
+
+    assert spark.range(1).select(F.expr(store.sql_string(value))).first()[0] == value

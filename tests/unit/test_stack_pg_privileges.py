@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from psycopg2 import sql
 
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import postgres
@@ -22,6 +23,22 @@ def settings(tmp_path: Path) -> Settings:
                           "LAKE_PG_PASSWORD": "adminPw", "LAKE_CDC_PASSWORD": "cdcPw",
                           "LAKE_PG_AIRFLOW_PASSWORD": "airflowPw", "LAKE_PG_METASTORE_PASSWORD": "metastorePw",
                           "LAKE_PG_APP_PASSWORD": "appPw"})
+
+
+def _text(query: sql.Composable) -> str:
+    """The statement as the server receives it. psycopg2 quotes only on a live connection, which unit tests lack:
+    here an identifier is quoted as PostgreSQL's quote_ident does (double quotes, an inner one doubled)."""
+    if isinstance(query, sql.Composed):
+        return "".join(_text(part) for part in query.seq)
+    if isinstance(query, sql.SQL):
+        return query.string
+    if isinstance(query, sql.Identifier):
+        return ".".join('"' + s.replace('"', '""') + '"' for s in query.strings)
+    raise TypeError(f"unexpected {query!r}")
+
+
+def _texts(queries: list[sql.Composed]) -> list[str]:
+    return [_text(q) for q in queries]
 
 
 def _hba_rows(text: str) -> list[list[str]]:
@@ -56,17 +73,19 @@ def test_hba_addresses_are_this_machines_only(host: str, expected: list[str]) ->
 
 
 def test_roles_are_never_superusers_and_only_cdc_replicates() -> None:
-    cdc = postgres.role_sql("lake_cdc", exists=False, replication=True)
+    cdc = _text(postgres.role_sql("lake_cdc", exists=False, replication=True))
     assert cdc == ('CREATE ROLE "lake_cdc" WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS REPLICATION '
                    "PASSWORD %s")
-    app = postgres.role_sql("lake_app", exists=True, replication=False)
+    app = _text(postgres.role_sql("lake_app", exists=True, replication=False))
     assert app.startswith('ALTER ROLE "lake_app" WITH LOGIN NOSUPERUSER') and " NOREPLICATION " in app
     with pytest.raises(StackError, match="alphanumeric"):
         postgres.role_sql('x"; DROP ROLE y; --', exists=False, replication=False)
+    # The name is an identifier psycopg2 quotes on the connection, not text spliced into the statement.
+    assert sql.Identifier("lake_cdc") in postgres.role_sql("lake_cdc", exists=False, replication=True).seq
 
 
 def test_databases_get_their_owners_and_public_connects_nowhere(settings: Settings) -> None:
-    stmts = postgres.database_privilege_sql(settings)
+    stmts = _texts(postgres.database_privilege_sql(settings))
     assert 'ALTER DATABASE "airflow" OWNER TO "lake_airflow"' in stmts
     assert 'ALTER DATABASE "metastore" OWNER TO "lake_metastore"' in stmts
     for db in ("shop", "airflow", "metastore"):
@@ -78,7 +97,7 @@ def test_databases_get_their_owners_and_public_connects_nowhere(settings: Settin
 
 
 def test_the_app_role_gets_dml_on_the_captured_tables_and_creates_nothing(settings: Settings) -> None:
-    stmts = postgres.shop_privilege_sql(settings, ["customers", "orders"])
+    stmts = _texts(postgres.shop_privilege_sql(settings, ["customers", "orders"]))
     assert 'GRANT SELECT, INSERT, UPDATE, DELETE ON public."customers", public."orders" TO "lake_app"' in stmts
     assert 'REVOKE CREATE ON SCHEMA public FROM "lake_cdc", "lake_app"' in stmts
     assert not [s for s in stmts if s.startswith("GRANT") and "CREATE" in s]
@@ -88,7 +107,7 @@ def test_owner_transfer_names_each_object_kind() -> None:
     owned = [("SCHEMA", "extra"), ("r", "public.dag_run"), ("S", "public.free_seq"), ("v", "public.v"),
              ("m", "public.mv"), ("TYPE", "public.state_enum"), ("DOMAIN", "public.d"),
              ("ROUTINE", "public.f(integer)")]
-    assert postgres.owner_transfer_sql(owned, "lake_airflow") == [
+    assert _texts(postgres.owner_transfer_sql(owned, "lake_airflow")) == [
         'ALTER SCHEMA extra OWNER TO "lake_airflow"',
         'ALTER TABLE public.dag_run OWNER TO "lake_airflow"',
         'ALTER SEQUENCE public.free_seq OWNER TO "lake_airflow"',
