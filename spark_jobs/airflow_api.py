@@ -15,9 +15,9 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import httpx
-from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs.settings import Settings
+from spark_jobs.waits import poll_until, retrying
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,8 @@ class AirflowClient:
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
         """Wait until the DAG processor has parsed ``dag_id`` (a fresh stack parses every 30 s)."""
         try:
-            Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(2), reraise=True,
-                     retry=retry_if_exception(lambda exc: "HTTP 404" in str(exc)),
-                     )(self._call, "GET", f"/api/v2/dags/{dag_id}")
+            retrying(lambda: self._call("GET", f"/api/v2/dags/{dag_id}"), lambda exc: "HTTP 404" in str(exc),
+                     every=2, timeout=timeout)
         except AirflowError as exc:
             raise AirflowError(f"DAG {dag_id} not known to Airflow after {timeout:.0f} s: {exc}") from exc
 
@@ -83,11 +82,10 @@ class AirflowClient:
         def another_running(exc: BaseException) -> bool:
             return "HTTP 409" in str(exc) and "already a running backfill" in str(exc)
 
-        return dict(Retrying(stop=stop_after_delay(wait_running), wait=wait_fixed(10), reraise=True,
-                             retry=retry_if_exception(another_running),
-                             before_sleep=lambda _: log.info(f"  another backfill of {dag_id} is running; "
-                                                             "waiting for it to finish"),
-                             )(self._call, "POST", "/api/v2/backfills", body))
+        return dict(retrying(lambda: self._call("POST", "/api/v2/backfills", body), another_running,
+                             every=10, timeout=wait_running,
+                             on_retry=lambda _: log.info(f"  another backfill of {dag_id} is running; "
+                                                         "waiting for it to finish")))
 
     def runs(self, dag_id: str, **query: str) -> list[dict[str, Any]]:
         q = "&".join(f"{k}={v}" for k, v in {"limit": "100", **query}.items())
@@ -141,10 +139,7 @@ class AirflowClient:
             return finished and bool(done.get("completed_at") or all(states.get(d) == "success" for d in want)), \
                 states, line
 
-        ended, states, line = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(3), reraise=True,
-                                       retry=retry_if_result(lambda polled: not polled[0]),
-                                       retry_error_callback=lambda rs: rs.outcome.result() if rs.outcome else
-                                       (False, {}, ""))(poll)
+        ended, states, line = poll_until(poll, lambda polled: polled[0], timeout, 3)
         if not ended:
             raise AirflowError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f} s: {line}")
         return states

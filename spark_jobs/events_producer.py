@@ -24,8 +24,6 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
-
 from spark_jobs import kafka_auth
 from spark_jobs.contracts.events import (
     MAX_EVENT_BYTES,
@@ -34,6 +32,7 @@ from spark_jobs.contracts.events import (
     event_errors,
     format_event_time,
 )
+from spark_jobs.waits import poll_until
 
 if TYPE_CHECKING:
     from spark_jobs.settings import Settings
@@ -280,8 +279,7 @@ def ensure_topic(settings: Settings, topic: str = TOPIC, partitions: int = 3, re
         meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
         return meta is not None and meta.error is None and len(meta.partitions) > 0
 
-    if not Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.2), retry=retry_if_result(lambda ok: not ok),
-                    retry_error_callback=lambda state: False)(visible):
+    if not poll_until(visible, lambda ok: ok, timeout, 0.2):
         raise ProducerError(f"topic {topic} at {bootstrap} was created but its metadata did not appear "
                             f"within {timeout:g}s")
     return created

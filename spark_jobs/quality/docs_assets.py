@@ -34,7 +34,8 @@ from pathlib import Path, PurePosixPath
 
 import click
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
+
+from spark_jobs.waits import retrying
 
 log = logging.getLogger(__name__)
 
@@ -342,13 +343,9 @@ def download(url: str, timeout: float = 60) -> bytes:
         return response.content
 
     try:
-        for attempt in Retrying(stop=stop_after_attempt(3), wait=wait_incrementing(2, 3), reraise=True,
-                                retry=retry_if_exception_type(httpx.HTTPError)):
-            with attempt:
-                return get()
+        return retrying(get, httpx.HTTPError, every=2, increment=3, attempts=3)  # waits 2 s, then 5 s
     except httpx.HTTPError as exc:
         raise AssetError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
-    raise AssertionError("unreachable")
 
 
 def install(root: Path, registry: str = NPM_REGISTRY, packages: tuple[NpmPackage, ...] = PACKAGES) -> int:

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs import kafka_auth
 from spark_jobs.settings import REPO_ROOT, Settings
 from spark_jobs.stack.configs import template_values
 from spark_jobs.stack.health import failure_line, status_parts
 from spark_jobs.stack.templates import render_template
+from spark_jobs.waits import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ def _wait_running(settings: Settings, name: str, needed: int, timeout: float) ->
         seen = seen + 1 if ok else 0
         return seen >= needed
 
-    if not Retrying(stop=stop_after_delay(max(timeout, 0)), wait=wait_fixed(1.5), reraise=True,
-                    retry=retry_if_result(lambda done: not done), retry_error_callback=lambda rs: False)(running):
+    if not poll_until(running, lambda done: done, timeout, 1.5):
         raise ConnectorError(f"connector {name} not RUNNING after {timeout:.0f}s: {json.dumps(status)[:1000]}")
     log.info("  %s: RUNNING (%d task(s))", name, len(status.get("tasks", [])))
 

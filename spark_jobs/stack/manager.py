@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs.settings import Settings, env_name, load_settings
 from spark_jobs.stack import bootstrap, health, supervisor
@@ -26,6 +25,7 @@ from spark_jobs.stack.services import (
 )
 from spark_jobs.stack.supervisor import log_path
 from spark_jobs.stack.tools import check_artifacts
+from spark_jobs.waits import poll_until, retrying
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +93,13 @@ def _wait_healthy(settings: Settings, service: Service) -> None:
                 )
         return service.probe(settings)
 
-    def report(state: RetryCallState) -> None:
+    def report(_waited: float, probed: health.Probe) -> None:
         nonlocal last_report
-        if time.monotonic() - last_report > 15 and state.outcome is not None:
-            detail = state.outcome.result()[1]
-            log.info(f"  {service.name:<9} waiting ({time.monotonic() - start:.0f}s): {detail[:160]}")
+        if time.monotonic() - last_report > 15:
+            log.info(f"  {service.name:<9} waiting ({time.monotonic() - start:.0f}s): {probed[1][:160]}")
             last_report = time.monotonic()
 
-    ok, detail = Retrying(stop=stop_after_delay(service.start_timeout), wait=wait_fixed(1.0),
-                          retry=retry_if_result(lambda probed: not probed[0]), before_sleep=report, reraise=True,
-                          retry_error_callback=lambda state: state.outcome.result() if state.outcome else (False, ""),
-                          )(probe)
+    ok, detail = poll_until(probe, lambda probed: probed[0], service.start_timeout, 1.0, report)
     if not ok:
         raise StackError(
             f"{service.name} did not become healthy within {service.start_timeout:.0f}s at "
@@ -130,9 +126,7 @@ def _pre_probe(settings: Settings, service: Service) -> None:
     if hook is None:
         return
     try:
-        for attempt in Retrying(stop=stop_after_delay(service.start_timeout), wait=wait_fixed(1.0), reraise=True):
-            with attempt:
-                hook(settings)
+        retrying(lambda: hook(settings), Exception, every=1.0, timeout=service.start_timeout)
     except Exception as exc:
         logfile = log_path(settings, service.main)
         raise StackError(f"{service.name}: could not {service.pre_probe_what} at {service.endpoint}: {exc}\n"

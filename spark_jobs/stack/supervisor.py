@@ -17,12 +17,12 @@ from typing import Any
 
 import psutil
 from supervisor.xmlrpc import SupervisorTransport
-from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
 
 from spark_jobs.session import write_private
 from spark_jobs.settings import Settings
 from spark_jobs.stack.errors import StackError
 from spark_jobs.stack.services import Program, Service, stream_program
+from spark_jobs.waits import poll_until, retrying
 
 log = logging.getLogger(__name__)
 
@@ -196,12 +196,13 @@ def start_daemon(settings: Settings, services: list[Service]) -> None:
     if proc.returncode != 0:
         detail = proc.stderr.strip() or proc.stdout.strip()
         raise StackError(f"supervisord failed to start ({' '.join(cmd)}): {detail}")
+
+    def running() -> None:
+        if rpc(settings).getState()["statename"] != "RUNNING":
+            raise _NotYet
+
     try:
-        for attempt in Retrying(stop=stop_after_delay(20), wait=wait_fixed(0.2), reraise=True,
-                                retry=retry_if_exception_type((OSError, xmlrpc.client.Error, _NotYet))):
-            with attempt:
-                if rpc(settings).getState()["statename"] != "RUNNING":
-                    raise _NotYet
+        retrying(running, (OSError, xmlrpc.client.Error, _NotYet), every=0.2, timeout=20)
     except (OSError, xmlrpc.client.Error, _NotYet) as exc:
         raise StackError(f"supervisord did not come up within 20 s ({exc!r}); "
                          f"see {settings.log_dir / 'supervisord.log'}") from exc
@@ -324,10 +325,8 @@ def stop_program(settings: Settings, name: str, timeout: float = 180, poll: floa
         if "NOT_RUNNING" not in fault.faultString:
             raise
         return
-    state = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(poll),
-                     retry=retry_if_result(lambda st: st not in STOPPED_STATES),
-                     retry_error_callback=lambda rs: rs.outcome.result() if rs.outcome else "STOPPING",
-                     )(lambda: str(rpc(settings).getProcessInfo(name)["statename"]))
+    state = poll_until(lambda: str(rpc(settings).getProcessInfo(name)["statename"]),
+                       lambda st: st in STOPPED_STATES, timeout, poll)
     if state not in STOPPED_STATES:
         raise StackError(f"{name} is still {state} {timeout:.0f}s after the stop request; supervisord kills it "
                          f"after its stop wait; see {settings.log_dir}")
@@ -342,8 +341,7 @@ def shutdown(settings: Settings, timeout: float = 120) -> None:
         rpc(settings).shutdown()
     except (OSError, xmlrpc.client.Error):
         os.kill(pid, signal.SIGTERM)
-    alive = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.3), retry=retry_if_result(bool),
-                     retry_error_callback=lambda rs: True)(is_supervisord, pid)
+    alive = poll_until(lambda: is_supervisord(pid), lambda running: not running, timeout, 0.3)
     if alive:
         raise StackError(f"supervisord (pid {pid}) did not exit within {timeout:.0f}s; see {settings.log_dir}")
     pid_path(settings).unlink(missing_ok=True)

@@ -179,3 +179,42 @@ def test_tarball_urls_follow_the_registry_layout() -> None:
         "https://registry.npmjs.org/@fortawesome/fontawesome-free/-/fontawesome-free-6.6.0.tgz"
     assert assets.JQUERY.tarball_url("https://mirror.example/npm/") == \
         "https://mirror.example/npm/jquery/-/jquery-3.7.1.tgz"
+
+
+# ------------------------------------------------------------------------------------------ the download
+
+
+def test_download_tries_three_times_on_a_connection_error_or_a_5xx(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import httpx
+
+    url = "https://registry.example/pkg/-/pkg-1.0.0.tgz"
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+
+    def serve(*answers: int | Exception) -> list[str]:
+        queue, calls = list(answers), []
+
+        def get(where: str, **_: object) -> httpx.Response:
+            calls.append(where)
+            answer = queue.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return httpx.Response(answer, content=b"tarball", request=httpx.Request("GET", where))
+
+        monkeypatch.setattr(httpx, "get", get)
+        return calls
+
+    calls = serve(httpx.ConnectError("refused"), 503, 200)
+    assert assets.download(url) == b"tarball" and len(calls) == 3 and slept == [2, 5]  # waits grow: 2 s, 5 s
+    slept.clear()
+    calls = serve(502, 502, 502, 200)
+    with pytest.raises(assets.AssetError, match=f"GET {re.escape(url)} failed: HTTPStatusError: .*502"):
+        assets.download(url)
+    assert len(calls) == 3 and slept == [2, 5]
+    slept.clear()
+    calls = serve(404, 200)
+    with pytest.raises(assets.AssetError, match=f"GET {re.escape(url)} -> HTTP 404"):
+        assets.download(url)
+    assert len(calls) == 1 and slept == []

@@ -80,3 +80,34 @@ def test_is_supervisord_matches_the_command_line_of_a_live_process(settings) -> 
     supervisor.socket_path(settings).write_text("")
     assert supervisor.daemon_pid(settings) is None
     assert not supervisor.pid_path(settings).exists() and not supervisor.socket_path(settings).exists()
+
+
+def test_shutdown_waits_until_supervisord_has_exited(settings, monkeypatch) -> None:
+    import subprocess
+    import sys
+
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "supervisord"])
+
+    class Daemon:
+        def __init__(self, exits: bool) -> None:
+            self.exits = exits
+
+        def shutdown(self) -> bool:
+            if self.exits:
+                daemon.kill()  # exits; left unreaped like supervisord is (not our child): its argv is gone
+            return True
+
+    try:
+        monkeypatch.setattr(supervisor, "daemon_pid", lambda s: daemon.pid)
+        supervisor.pid_path(settings).parent.mkdir(parents=True, exist_ok=True)
+        supervisor.pid_path(settings).write_text(f"{daemon.pid}\n")
+        monkeypatch.setattr(supervisor, "rpc", lambda s: Daemon(exits=False))
+        with pytest.raises(StackError, match=rf"supervisord \(pid {daemon.pid}\) did not exit within 0s"):
+            supervisor.shutdown(settings, timeout=0.1)
+        assert supervisor.pid_path(settings).exists()
+        monkeypatch.setattr(supervisor, "rpc", lambda s: Daemon(exits=True))
+        supervisor.shutdown(settings, timeout=30)
+        assert not supervisor.pid_path(settings).exists()
+    finally:
+        daemon.kill()
+        daemon.wait()

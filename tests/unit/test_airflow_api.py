@@ -1,0 +1,124 @@
+"""spark_jobs.airflow_api against a stand-in for Airflow's REST API (no Airflow): which answers are waited out
+(a DAG not parsed yet, another backfill running) and which fail at once, and the backfill wait."""
+
+from __future__ import annotations
+
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from spark_jobs.airflow_api import AirflowClient, AirflowError
+from spark_jobs.settings import load_settings
+
+Answer = tuple[int, Any]
+
+
+class FakeAirflow:
+    """``httpx.request`` for the client: a token for anyone, then the queued answers per (method, path); the
+    last answer of a queue repeats."""
+
+    def __init__(self, answers: dict[tuple[str, str], list[Answer]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, method: str, url: str, **_: Any) -> httpx.Response:
+        path = httpx.URL(url).raw_path.decode()
+        if path == "/auth/token":
+            return httpx.Response(200, json={"access_token": "jwt"})
+        self.calls.append((method, path))
+        queue = self.answers[(method, path)]
+        status, body = queue.pop(0) if len(queue) > 1 else queue[0]
+        return httpx.Response(status, text=body) if isinstance(body, str) else httpx.Response(status, json=body)
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits between tries, without waiting."""
+    out: list[float] = []
+    monkeypatch.setattr(time, "sleep", out.append)
+    return out
+
+
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: dict[tuple[str, str], list[Answer]]
+           ) -> tuple[AirflowClient, FakeAirflow]:
+    fake = FakeAirflow(answers)
+    monkeypatch.setattr(httpx, "request", fake)
+    return AirflowClient(load_settings({"LAKE_STATE_DIR": str(tmp_path)})), fake
+
+
+DAG = "/api/v2/dags/lake_gold_daily"
+NOT_FOUND = (404, {"detail": "The Dag with ID: `lake_gold_daily` was not found"})
+
+
+def test_wait_for_dag_waits_while_airflow_answers_404(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       slept: list[float]) -> None:
+    api, fake = client(tmp_path, monkeypatch, {("GET", DAG): [NOT_FOUND, NOT_FOUND, (200, {"dag_id": "x"})]})
+    api.wait_for_dag("lake_gold_daily")
+    assert fake.calls == [("GET", DAG)] * 3 and slept == [2, 2]
+
+
+def test_wait_for_dag_gives_up_at_its_timeout_naming_the_last_answer(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    api, _ = client(tmp_path, monkeypatch, {("GET", DAG): [NOT_FOUND]})
+    with pytest.raises(AirflowError, match=r"^DAG lake_gold_daily not known to Airflow after 0 s: Airflow GET "
+                                           r"http://\S+/api/v2/dags/lake_gold_daily: HTTP 404: .*was not found"):
+        api.wait_for_dag("lake_gold_daily", timeout=0)
+
+
+def test_wait_for_dag_fails_at_once_on_another_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     slept: list[float]) -> None:
+    api, fake = client(tmp_path, monkeypatch, {("GET", DAG): [(500, "internal error")]})
+    with pytest.raises(AirflowError, match="HTTP 500: internal error") as failed:
+        api.wait_for_dag("lake_gold_daily")
+    assert fake.calls == [("GET", DAG)] and slept == []
+    assert isinstance(failed.value.__cause__, AirflowError)
+
+
+RUNNING = (409, {"detail": "There is already a running backfill for dag lake_gold_daily"})
+
+
+def test_backfill_waits_while_another_backfill_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    slept: list[float], caplog: pytest.LogCaptureFixture) -> None:
+    api, fake = client(tmp_path, monkeypatch, {("POST", "/api/v2/backfills"): [RUNNING, (200, {"id": 7})]})
+    with caplog.at_level("INFO", logger="spark_jobs.airflow_api"):
+        assert api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2)) == {"id": 7}
+    assert len(fake.calls) == 2 and slept == [10]
+    assert "another backfill of lake_gold_daily is running; waiting for it to finish" in caplog.text
+
+
+def test_backfill_gives_up_after_wait_running_and_fails_at_once_on_another_conflict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slept: list[float]) -> None:
+    api, _ = client(tmp_path, monkeypatch, {("POST", "/api/v2/backfills"): [RUNNING]})
+    with pytest.raises(AirflowError, match=r"HTTP 409: .*already a running backfill"):
+        api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2), wait_running=0)
+    api, fake = client(tmp_path, monkeypatch, {("POST", "/api/v2/backfills"): [(409, {"detail": "other"})]})
+    with pytest.raises(AirflowError, match="HTTP 409"):
+        api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2))
+    assert len(fake.calls) == 1 and slept == []
+
+
+def _run(day: str, state: str) -> dict[str, str]:
+    return {"data_interval_start": f"{day}T00:00:00Z", "queued_at": "2024-02-01T10:00:05Z", "state": state}
+
+
+def test_wait_backfill_polls_until_every_day_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   slept: list[float]) -> None:
+    created = {"created_at": "2024-02-01T10:00:00Z", "completed_at": None}
+    runs = "/api/v2/dags/lake_gold_daily/dagRuns?limit=100&run_type=backfill"
+    api, _ = client(tmp_path, monkeypatch, {
+        ("GET", "/api/v2/backfills/7"): [(200, created), (200, created), (200, {**created, "completed_at": "x"})],
+        ("GET", runs): [(200, {"dag_runs": [_run("2024-01-01", "running")]}),
+                        (200, {"dag_runs": [_run("2024-01-01", "failed")]})],
+    })
+    seen: list[dict[str, str]] = []
+    states = api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 1)], progress=False, on_states=seen.append)
+    assert states == {"2024-01-01": "failed"} and slept == [3, 3]
+    assert seen[0] == {"2024-01-01": "running"}
+    api, _ = client(tmp_path, monkeypatch, {("GET", "/api/v2/backfills/7"): [(200, created)],
+                                            ("GET", runs): [(200, {"dag_runs": [_run("2024-01-01", "running")]})]})
+    with pytest.raises(AirflowError, match="backfill 7 of lake_gold_daily not finished after 0 s: 2024-01-01=running"):
+        api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 1)], timeout=0)
