@@ -29,6 +29,20 @@ class AirflowError(RuntimeError):
     """An Airflow API call failed; the message names the URL, the status and Airflow's answer."""
 
 
+class AirflowApiError(AirflowError):
+    """Airflow answered with an HTTP error: ``status`` is its code, ``body`` its answer (what to retry is decided on
+    these, not on the message)."""
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+def _status_is(exc: BaseException, status: int) -> bool:
+    return isinstance(exc, AirflowApiError) and exc.status == status
+
+
 class AirflowClient:
     def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
         self.base = settings.airflow_url.rstrip("/")
@@ -50,7 +64,8 @@ class AirflowClient:
             raise AirflowError(f"Airflow at {self.base} is not reachable ({exc}); is the stack up? "
                                "(`lake stack status`)") from exc
         if response.is_error:
-            raise AirflowError(f"Airflow {method} {url}: HTTP {response.status_code}: {response.text[:800]}")
+            raise AirflowApiError(f"Airflow {method} {url}: HTTP {response.status_code}: {response.text[:800]}",
+                                  response.status_code, response.text)
         return response.json() if response.content else None
 
     def token(self) -> str:
@@ -62,7 +77,7 @@ class AirflowClient:
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
         """Wait until the DAG processor has parsed ``dag_id`` (a fresh stack parses every 30 s)."""
         try:
-            retrying(lambda: self._call("GET", f"/api/v2/dags/{dag_id}"), lambda exc: "HTTP 404" in str(exc),
+            retrying(lambda: self._call("GET", f"/api/v2/dags/{dag_id}"), lambda exc: _status_is(exc, 404),
                      every=2, timeout=timeout)
         except AirflowError as exc:
             raise AirflowError(f"DAG {dag_id} not known to Airflow after {timeout:.0f} s: {exc}") from exc
@@ -80,7 +95,7 @@ class AirflowClient:
                 "max_active_runs": max_active_runs, "run_backwards": False, "dag_run_conf": {}}
         # Airflow runs one backfill per DAG at a time (HTTP 409 otherwise): wait for the running one.
         def another_running(exc: BaseException) -> bool:
-            return "HTTP 409" in str(exc) and "already a running backfill" in str(exc)
+            return isinstance(exc, AirflowApiError) and exc.status == 409 and "already a running backfill" in exc.body
 
         return dict(retrying(lambda: self._call("POST", "/api/v2/backfills", body), another_running,
                              every=10, timeout=wait_running,

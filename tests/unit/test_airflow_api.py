@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from spark_jobs.airflow_api import AirflowClient, AirflowError
+from spark_jobs.airflow_api import AirflowApiError, AirflowClient, AirflowError
 from spark_jobs.settings import load_settings
 
 Answer = tuple[int, Any]
@@ -71,11 +71,22 @@ def test_wait_for_dag_gives_up_at_its_timeout_naming_the_last_answer(tmp_path: P
 
 def test_wait_for_dag_fails_at_once_on_another_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      slept: list[float]) -> None:
-    api, fake = client(tmp_path, monkeypatch, {("GET", DAG): [(500, "internal error")]})
-    with pytest.raises(AirflowError, match="HTTP 500: internal error") as failed:
+    # Decided on the status code: a 500 whose answer happens to say "HTTP 404" is not a 404.
+    api, fake = client(tmp_path, monkeypatch, {("GET", DAG): [(500, "internal error: upstream said HTTP 404")]})
+    with pytest.raises(AirflowError, match="HTTP 500: internal error: upstream said HTTP 404") as failed:
         api.wait_for_dag("lake_gold_daily")
     assert fake.calls == [("GET", DAG)] and slept == []
-    assert isinstance(failed.value.__cause__, AirflowError)
+    cause = failed.value.__cause__
+    assert isinstance(cause, AirflowApiError) and cause.status == 500 and cause.body.startswith("internal error")
+
+
+def test_an_http_error_carries_its_status_and_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api, _ = client(tmp_path, monkeypatch, {("GET", DAG): [NOT_FOUND]})
+    with pytest.raises(AirflowApiError) as failed:
+        api._call("GET", DAG)
+    assert failed.value.status == 404 and "was not found" in failed.value.body
+    assert str(failed.value).startswith("Airflow GET http://") and ": HTTP 404: " in str(failed.value)
+    assert isinstance(failed.value, AirflowError)  # callers that catch AirflowError still do
 
 
 RUNNING = (409, {"detail": "There is already a running backfill for dag lake_gold_daily"})
@@ -97,6 +108,12 @@ def test_backfill_gives_up_after_wait_running_and_fails_at_once_on_another_confl
         api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2), wait_running=0)
     api, fake = client(tmp_path, monkeypatch, {("POST", "/api/v2/backfills"): [(409, {"detail": "other"})]})
     with pytest.raises(AirflowError, match="HTTP 409"):
+        api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2))
+    assert len(fake.calls) == 1 and slept == []
+    # The phrase in another status's answer is not the conflict either.
+    api, fake = client(tmp_path, monkeypatch, {("POST", "/api/v2/backfills"): [(400, {"detail": "HTTP 409: "
+                                                                                      "already a running backfill"})]})
+    with pytest.raises(AirflowApiError, match="HTTP 400"):
         api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2))
     assert len(fake.calls) == 1 and slept == []
 
