@@ -17,32 +17,30 @@ FORMATS = ("table", "csv", "json")
 
 
 def split_statements(text: str) -> list[str]:
-    """Split on ``;`` outside quotes and comments; drop empty statements."""
+    """Split on ``;`` outside quotes and comments; drop ``--`` comments, the ``;`` and empty statements.
+
+    sqlparse finds the statements: ``'...'`` (with ``''`` or ``\\'`` inside), ``"..."``, backquoted names and
+    ``/* */`` comments are whole tokens, and a ``BEGIN ... END`` block (a Spark SQL script) stays one statement.
+    Block comments stay in the statement (Spark reads ``/*+ hints */``).
+    """
+    import sqlparse
+    from sqlparse import tokens as T
+
     out: list[str] = []
-    buf: list[str] = []
-    quote: str | None = None
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            buf.append(ch)
-            if ch == quote:
-                quote = None
-        elif ch in "'\"`":
-            quote = ch
-            buf.append(ch)
-        elif ch == "-" and text[i : i + 2] == "--":
-            end = text.find("\n", i)
-            i = len(text) if end == -1 else end
-            continue
-        elif ch == ";":
-            out.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-        i += 1
-    out.append("".join(buf))
-    return [s.strip() for s in out if s.strip()]
+    for statement in sqlparse.parse(text):
+        parts = list(statement.flatten())  # type: ignore[no-untyped-call]  # unannotated in sqlparse 0.6
+        # sqlparse ends a statement with its ';' and the rest of that line (blanks, a comment).
+        while parts and (parts[-1].is_whitespace or parts[-1].ttype in T.Comment):
+            parts.pop()
+        if parts and parts[-1].match(T.Punctuation, ";"):
+            parts.pop()
+        # A "--" comment goes, its line break stays.
+        body = "".join(tok.value[len(tok.value.rstrip("\r\n")):]
+                       if tok.ttype in T.Comment.Single and tok.value.startswith("--") else tok.value
+                       for tok in parts).strip()
+        if body:
+            out.append(body)
+    return out
 
 
 def _json_value(value: Any) -> Any:
