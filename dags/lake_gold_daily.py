@@ -52,7 +52,12 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param, task
 
-GOLD = ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")
+from spark_jobs.contracts.tables import gold_dependencies, gold_steps
+
+#: The gold tables in build order, from the table registry (spark_jobs/contracts/tables.py): a task, a pool and an
+#: Asset each; a task runs after the tasks of the gold tables it reads.
+GOLD_TABLES = gold_steps()
+GOLD = tuple(t.short for t in GOLD_TABLES)
 ASSETS = {t: Asset(name=f"gold.{t}", uri=f"lakestream://gold/{t}", group="gold") for t in GOLD}
 #: The serving views (spark_jobs/serving/views.py): updated when the watermark task succeeds.
 SERVING = ("daily_sales", "daily_funnel")
@@ -116,7 +121,7 @@ with DAG(
                   "execution_timeout": timedelta(minutes=20)},
 ) as dag:
     built = {table: _gold_task(table) for table in GOLD}
-    built["dim_customers"] >> built["fct_orders"] >> built["fct_daily_sales"]
-    built["dim_products"] >> built["fct_orders"]
-    built["dim_customers"] >> built["fct_daily_funnel"]
+    for gold_table in GOLD_TABLES:
+        for upstream in gold_dependencies(gold_table):
+            built[upstream.removeprefix("gold.")] >> built[gold_table.short]
     list(built.values()) >> serving_watermark()

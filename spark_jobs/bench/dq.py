@@ -23,11 +23,13 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.contracts.tables import gold_steps, live_tables
+
 log = logging.getLogger(__name__)
 
-SILVER = ("silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.events")
-GOLD = ("gold.fct_orders", "gold.fct_daily_sales", "gold.fct_daily_funnel", "gold.dim_customers",
-        "gold.dim_products")
+#: The suites benched: the registry's live silver tables and its gold tables.
+SILVER = tuple(t for t in live_tables() if t.startswith("silver."))
+GOLD = tuple(t.name for t in gold_steps())
 
 
 def _latest_full_day(spark: Any) -> date | None:

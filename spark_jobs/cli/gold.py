@@ -21,8 +21,8 @@ def group() -> None:
 @click.option("--start", required=True, metavar="YYYY-MM-DD", help="first day")
 @click.option("--end", metavar="YYYY-MM-DD", help="last day (inclusive)  [default: --start]")
 @click.option("--tables", default=None,
-              help="comma-separated subset of dim_customers,dim_products,fct_orders,fct_daily_sales,fct_daily_funnel  "
-                   "[default: all]")
+              help="comma-separated subset of the gold tables (dim_customers,fct_orders,...; a wrong name lists "
+                   "them all, from the table registry)  [default: all]")
 def build(start: str, end: str | None, tables: str | None) -> int:
     """Build gold tables for UTC days on the stack's Spark Connect server (what the DAG runs per day)."""
     from spark_jobs.jobs.gold import PARTITION, STEPS, Interval, IntervalError, resolve_interval, run

@@ -43,7 +43,10 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 TOPIC = "events.clickstream"
 SCHEMA_VERSION = 1
@@ -277,3 +280,29 @@ PROPERTY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("revenue", "decimal(18,2)", "purchase"),
     ("currency", "string", "purchase"),
 )
+
+
+def silver_schema() -> StructType:
+    """``silver.events`` as created (every column nullable): the checked event's columns
+    (:func:`spark_jobs.silver.events.valid_events`; a unit test holds the two equal), the Kafka position, ingest time,
+    the late flag and the batch that wrote it."""
+    from pyspark.sql.types import (
+        BooleanType,
+        DateType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    types = {"string": StringType(), "bigint": LongType(), "int": IntegerType(), "decimal(18,2)": DecimalType(18, 2),
+             "timestamp": TimestampType(), "date": DateType(), "boolean": BooleanType()}
+    columns = [("event_id", "string"), ("event_type", "string"), ("user_id", "bigint"), ("session_id", "string"),
+               ("event_time", "timestamp"), ("event_date", "date"), ("properties", "string"),
+               *[(name, t) for name, t, _ in PROPERTY_COLUMNS], ("schema_version", "int"), ("_topic", "string"),
+               ("_partition", "int"), ("_offset", "bigint"), ("_kafka_timestamp", "timestamp"),
+               ("_ingest_time", "timestamp"), ("_late", "boolean"), ("_batch_id", "bigint")]
+    return StructType([StructField(name, types[t], True) for name, t in columns])

@@ -83,3 +83,21 @@ ORDER_ITEMS = CdcTable("order_items", ("order_id", "line_no"), _schema(
     ("quantity", IntegerType(), True), ("unit_price", DecimalType(12, 2), True), ("discount", DecimalType(5, 4), True)))
 
 CDC_TABLES: dict[str, CdcTable] = {t.topic: t for t in (CUSTOMERS, PRODUCTS, ORDERS, ORDER_ITEMS)}
+
+#: Columns a silver CDC table stores next to the row image (order: op, position (most significant first), source
+#: time, unknown payload keys), with their types; ``spark_jobs.silver.cdc_columns`` names them.
+SILVER_METADATA = StructType([
+    StructField("_op", S), StructField("_snapshot_rank", IntegerType()), StructField("_commit_lsn", LongType()),
+    StructField("_change_lsn", LongType()), StructField("_source_ts", TS), StructField("_extra", S)])
+#: The position columns among them (a delete marker keeps its key and these).
+POSITION_FIELDS = ("_snapshot_rank", "_commit_lsn", "_change_lsn")
+
+
+def silver_schema(contract: CdcTable) -> StructType:
+    """``silver.<table>`` as created: the contract's columns, then :data:`SILVER_METADATA`."""
+    return StructType([*contract.schema.fields, *SILVER_METADATA.fields])
+
+
+def deleted_schema(contract: CdcTable) -> StructType:
+    """``silver.<table>__deleted`` (delete markers): the key columns and the position."""
+    return StructType([*[contract.schema[k] for k in contract.keys], *[SILVER_METADATA[c] for c in POSITION_FIELDS]])

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.tables import TABLES
+from spark_jobs.contracts.tables import REPLACE_PARTITION, REPLACE_TABLE, LakeTable, gold_steps, lake_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,12 +34,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Build order: the facts read the dimensions, daily sales reads fct_orders.
-STEPS = ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")
-#: The date column each fact is partitioned and replaced on (the table registry, spark_jobs/contracts/tables.py;
-#: dimensions are not partitioned).
-PARTITION = {t.name.removeprefix("gold."): t.partitioned_by[0] for t in TABLES.values()
-             if t.name.startswith("gold.") and t.partitioned_by}
+#: Build order, from the table registry (spark_jobs/contracts/tables.py): each after the gold tables it reads.
+STEPS = tuple(t.short for t in gold_steps())
+#: The date column each fact is partitioned and replaced on (the registry; dimensions are replaced whole).
+PARTITION = {t.short: t.partitioned_by[0] for t in gold_steps() if t.write_mode == REPLACE_PARTITION}
 
 
 class IntervalError(ValueError):
@@ -115,29 +113,48 @@ def resolve_interval(start: datetime | str | None, end: datetime | str | None, d
 # ------------------------------------------------------------------------------------------- steps
 
 
-def _dim(spark: SparkSession, table: str) -> DataFrame:
-    from spark_jobs.contracts.shop import CUSTOMERS, PRODUCTS
-    from spark_jobs.gold.dims import dim_customers, dim_products
-    from spark_jobs.gold.history import cdc_history
-
-    contract, build = (CUSTOMERS, dim_customers) if table == "dim_customers" else (PRODUCTS, dim_products)
-    return build(cdc_history(spark.table(contract.bronze), contract))
+def step_table(step: str) -> LakeTable:
+    """The registry entry of gold table ``step`` (``fct_orders``), or a :class:`RunParamError` naming the choices."""
+    if step not in STEPS:
+        raise RunParamError(f"unknown gold step {step!r}; choose from {', '.join(STEPS)}")
+    return lake_table(f"gold.{step}")
 
 
 def compute(spark: SparkSession, step: str, interval: Interval) -> DataFrame:
-    """The DataFrame of gold table ``step`` for ``interval`` (reads the lake; writes nothing)."""
-    from spark_jobs.gold.facts import fct_daily_funnel, fct_daily_sales, fct_orders
+    """The DataFrame of gold table ``step`` for ``interval`` (reads the lake; writes nothing): the registry's
+    transform, given the tables it declares it reads."""
+    import importlib
 
-    if step in ("dim_customers", "dim_products"):
-        return _dim(spark, step)
-    if step == "fct_orders":
-        return fct_orders(spark.table("silver.orders"), spark.table("silver.order_items"),
-                          spark.table("gold.dim_customers"), interval.start, interval.end)
-    if step == "fct_daily_sales":
-        return fct_daily_sales(spark.table("gold.fct_orders").where(interval.predicate("order_date")))
-    if step == "fct_daily_funnel":
-        return fct_daily_funnel(spark.table("silver.events"), interval.start, interval.end)
-    raise ValueError(f"unknown gold step {step!r}; choose from {', '.join(STEPS)}")
+    table = step_table(step)
+    module, _, function = table.transform.partition(":")
+    transform = getattr(importlib.import_module(module), function)
+
+    def read(name: str) -> DataFrame:
+        if name not in table.reads:
+            raise ValueError(f"{table.name}'s transform {table.transform} reads {name}, which its registry entry "
+                             f"does not declare (reads: {', '.join(table.reads)}): add it there")
+        return spark.table(name)
+
+    frame: DataFrame = transform(read, interval.start, interval.end)
+    conform(frame, table)
+    return frame
+
+
+def conform(frame: DataFrame, table: LakeTable) -> None:
+    """Refuse a gold frame whose columns or types differ from the table's registry schema (its contract), naming
+    the differences: a transform changed without its declaration would otherwise publish them."""
+    if table.schema is None:
+        return
+    got = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
+    want = [(f.name, f.dataType.simpleString()) for f in table.schema.fields]
+    if got != want:
+        missing = [f"{n} {t}" for n, t in want if (n, t) not in got]
+        extra = [f"{n} {t}" for n, t in got if (n, t) not in want]
+        raise RunParamError(f"{table.name}: the transform {table.transform} returns columns that differ from the "
+                            f"table's schema in spark_jobs/contracts/tables.py (missing or other type: "
+                            f"{', '.join(missing) or 'none'}; not declared: {', '.join(extra) or 'none'}"
+                            f"{'; same columns in another order' if not missing and not extra else ''}): change the "
+                            "transform or the declaration")
 
 
 @dataclass
@@ -162,35 +179,40 @@ class StepResult:
 
 
 def write(df: DataFrame, settings: Settings, step: str, interval: Interval, metadata: str | None = None) -> None:
-    """Publish ``df`` as ``gold.<step>``: the interval's partitions (``replaceWhere``) or, for a dimension, whole."""
+    """Publish ``df`` as ``gold.<step>`` by its registry write mode: the interval's partitions (``replaceWhere``) or
+    the whole table."""
     from spark_jobs.table_io import replace_partition, replace_table
 
-    name = f"gold.{step}"
-    if step in PARTITION:
-        replace_partition(df, settings, name, interval.predicate(PARTITION[step]), [PARTITION[step]])
+    table = step_table(step)
+    if table.write_mode == REPLACE_PARTITION:
+        column = table.partitioned_by[0]
+        replace_partition(df, settings, table.name, interval.predicate(column), [column])
+    elif table.write_mode == REPLACE_TABLE:
+        replace_table(df, settings, table.name, metadata)
     else:
-        replace_table(df, settings, name, metadata)
+        raise ValueError(f"{table.name}: the gold job writes {REPLACE_PARTITION} or {REPLACE_TABLE} tables, not "
+                         f"{table.write_mode}")
 
 
 def dimension_inputs(spark: SparkSession, step: str) -> str:
-    """What a dimension is built from: its bronze table's Delta version and the transforms' source.
+    """What a whole-table gold step is built from: the Delta version of each table it reads (the registry's
+    ``reads``) and the gold transforms' source.
 
-    Recorded as the dimension commit's ``userMetadata``: when neither changed, a rebuild would write the
-    same rows, so the task skips it (a 7-day backfill rebuilds each dimension once, not seven times).
+    Recorded as the commit's ``userMetadata``: when neither changed, a rebuild would write the same rows, so the
+    task skips it (a 7-day backfill rebuilds each dimension once, not seven times).
     """
     import hashlib
     import json
     from pathlib import Path
 
-    from spark_jobs.contracts.shop import CUSTOMERS, PRODUCTS
-
-    bronze = (CUSTOMERS if step == "dim_customers" else PRODUCTS).bronze
-    row = spark.sql(f"DESCRIBE HISTORY {bronze} LIMIT 1").select("version").first()
+    versions: dict[str, int | None] = {}
+    for name in step_table(step).reads:
+        row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").select("version").first()
+        versions[name] = None if row is None else int(row[0])
     code = hashlib.sha256()
-    for module in ("history.py", "dims.py"):
-        code.update((Path(__file__).resolve().parent.parent / "gold" / module).read_bytes())
-    return json.dumps({"bronze": bronze, "version": None if row is None else int(row[0]),
-                       "code": code.hexdigest()[:16]}, sort_keys=True)
+    for module in sorted((Path(__file__).resolve().parent.parent / "gold").glob("*.py")):
+        code.update(module.read_bytes())
+    return json.dumps({"reads": versions, "code": code.hexdigest()[:16]}, sort_keys=True)
 
 
 def _latest_commit(spark: SparkSession, name: str) -> tuple[int, str | None, int] | None:

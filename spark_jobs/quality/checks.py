@@ -13,6 +13,7 @@ import logging
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.contracts.tables import live_tables
 from spark_jobs.quality.docs import refresh_trend_page
 from spark_jobs.quality.outcome import DqBlocked, DqOutcome
 from spark_jobs.quality.params import SETTLE_SECONDS
@@ -27,9 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Tables the ``lake_dq_streaming`` DAG checks (the streaming app's silver and hot tables).
-LIVE_TABLES = ("silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.events",
-               "hot.sales_per_minute", "hot.active_users_5m", "hot.funnel_15m")
+#: Tables the ``lake_dq_streaming`` DAG checks (the streaming app's silver and hot tables: the registry's live ones).
+LIVE_TABLES = live_tables()
 
 
 def _utc_date_col(column: str) -> Any:

@@ -10,6 +10,9 @@ A suite file::
         kwargs: {column: order_id}
         severity: block           # warn | quarantine | block
 
+A table the registry (:mod:`spark_jobs.contracts.tables`) holds a schema for gets its column and type checks from
+it (``columns``, ``type:<column>``, all ``block``: :func:`schema_expectations`); its file holds the business rules.
+
 Severities: ``warn`` records the result only; ``quarantine`` moves the failing
 rows out of what is published (row-level expectations only: column/pair/
 multicolumn map expectations, or ``unexpected_rows_expectation`` whose query
@@ -136,8 +139,25 @@ def _check_placeholders(where: str, value: str) -> None:
             raise SuiteError(f"{where}: {{table:{ref}}} must name a table as <db>.<table> in lower_snake_case")
 
 
-def parse_suite(doc: Any, source: str, expected_table: str | None = None) -> Suite:
-    """A parsed suite document -> :class:`Suite`, checking every entry; errors name ``source``."""
+def schema_expectations(table: str) -> list[dict[str, Any]]:
+    """The column and type checks of ``table``, derived from its schema in the table registry (none for a table
+    the registry does not know or holds no schema for): its columns (exactly, or at least them for a table that
+    widens: silver CDC), then each column's Spark type; all ``block``."""
+    from spark_jobs.contracts.tables import TABLES
+
+    entry = TABLES.get(table)
+    if entry is None or entry.schema is None:
+        return []
+    columns = {"name": "columns", "type": "expect_table_columns_to_match_set", "severity": "block",
+               "kwargs": {"column_set": list(entry.schema.names), "exact_match": not entry.columns_may_widen}}
+    return [columns, *[{"name": f"type:{f.name}", "type": "expect_column_values_to_be_of_type", "severity": "block",
+                        "kwargs": {"column": f.name, "type_": type(f.dataType).__name__}}
+                       for f in entry.schema.fields]]
+
+
+def parse_suite(doc: Any, source: str, expected_table: str | None = None, registry: bool = False) -> Suite:
+    """A parsed suite document -> :class:`Suite`, checking every entry; errors name ``source``. ``registry``: put the
+    table's column and type checks from its registry schema first (:func:`schema_expectations`; a suite file)."""
     if not isinstance(doc, dict):
         raise SuiteError(f"{source}: a suite is a mapping with keys table, row_keys, expectations")
     unknown = sorted(set(doc) - {"table", "row_keys", "expectations", "description", "meta"})
@@ -155,11 +175,20 @@ def parse_suite(doc: Any, source: str, expected_table: str | None = None) -> Sui
     entries = doc.get("expectations")
     if not isinstance(entries, list) or not entries:
         raise SuiteError(f"{source}: 'expectations' must be a non-empty list")
+    schema_checks = schema_expectations(table) if registry else []
+    declared = {e.get("name") for e in schema_checks}
+    clash = [e.get("name") for e in entries if isinstance(e, dict) and e.get("name") in declared]
+    if clash:
+        raise SuiteError(f"{source}: {', '.join(map(str, clash))}: derived from {table}'s schema in the table registry "
+                         "(spark_jobs/contracts/tables.py); remove them from the suite")
+    entries = [*schema_checks, *entries]
     classes = expectation_classes()
     specs: list[ExpectationSpec] = []
     seen: set[str] = set()
-    for i, entry in enumerate(entries, 1):
-        where = f"{source}: expectation #{i}"
+    for i, entry in enumerate(entries, 1 - len(schema_checks)):
+        # Numbered as in the file; the derived checks before them are named by the registry.
+        label = f"expectation #{i}" if i > 0 else f"{table}'s registry schema check {entry.get('name')}"
+        where = f"{source}: {label}"
         if not isinstance(entry, dict):
             raise SuiteError(f"{where}: must be a mapping with type, kwargs, severity")
         extra = sorted(set(entry) - {"name", "type", "kwargs", "severity", "notes"})
@@ -170,7 +199,7 @@ def parse_suite(doc: Any, source: str, expected_table: str | None = None) -> Sui
             near = difflib.get_close_matches(str(etype), list(classes), n=1)
             hint = f"; did you mean {near[0]}?" if near else " (see great_expectations.expectations)"
             raise SuiteError(f"{where}: unknown expectation type {etype!r}{hint}")
-        where = f"{source}: expectation #{i} ({etype})"
+        where = f"{source}: {label} ({etype})"
         severity = entry.get("severity")
         if severity not in SEVERITIES:
             raise SuiteError(f"{where}: severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
@@ -230,7 +259,7 @@ def load_suite_file(path: Path) -> Suite:
     except (ValueError, yaml.YAMLError) as exc:
         raise SuiteError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
     stem = path.name[: -len(path.suffix)]
-    suite = parse_suite(doc, str(path), expected_table=stem)
+    suite = parse_suite(doc, str(path), expected_table=stem, registry=True)
     return Suite(table=suite.table, row_keys=suite.row_keys, expectations=suite.expectations, path=path,
                  description=suite.description, meta=suite.meta)
 

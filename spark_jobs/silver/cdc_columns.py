@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from spark_jobs.contracts.shop import POSITION_FIELDS, SILVER_METADATA
+
 __all__ = ["POSITION_COLUMNS", "ROW_OPS", "SILVER_METADATA_COLUMNS", "SNAPSHOT_RANK", "STREAM_RANK", "admit_columns",
            "new_columns"]
 
@@ -23,10 +25,10 @@ SNAPSHOT_RANK = 0
 STREAM_RANK = 1
 
 #: Scalar position columns, most significant first; silver stores them so MERGE can compare.
-POSITION_COLUMNS = ("_snapshot_rank", "_commit_lsn", "_change_lsn")
+POSITION_COLUMNS = POSITION_FIELDS
 
-#: Metadata columns a silver table stores next to the row image.
-SILVER_METADATA_COLUMNS = ("_op", *POSITION_COLUMNS, "_source_ts", "_extra")
+#: Metadata columns a silver table stores next to the row image (typed in the contract: SILVER_METADATA).
+SILVER_METADATA_COLUMNS = tuple(SILVER_METADATA.names)
 
 
 def new_columns(current: Sequence[str], payload: Iterable[str]) -> list[str]:

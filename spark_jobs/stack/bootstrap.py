@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.contracts.tables import gold_steps
 from spark_jobs.jars import java_bin
 from spark_jobs.quality import docs_assets
 from spark_jobs.quality.docs import data_docs_dir
@@ -191,8 +192,7 @@ def prepare_airflow(settings: Settings, env: dict[str, str]) -> None:
 
 #: One slot per table the gold DAG writes: two DAG runs (scheduled or backfill) never write the same Delta table
 #: at once (Delta on S3 without a DynamoDB log store: one writer per table, DESIGN.md).
-GOLD_POOLS = {**{f"gold_{t}": f"one writer at a time for gold.{t}"
-                 for t in ("dim_customers", "dim_products", "fct_orders", "fct_daily_sales", "fct_daily_funnel")},
+GOLD_POOLS = {**{f"gold_{t.short}": f"one writer at a time for {t.name}" for t in gold_steps()},
               "ops_serving_watermark": "one writer at a time for ops.serving_watermark"}
 #: Every pool the DAGs use: the gold writers and one replay at a time (lake_replay).
 POOLS = {**GOLD_POOLS, "ops_replay": "one replay at a time (lake_replay writes the shadows, the live tables it "

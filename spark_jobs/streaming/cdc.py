@@ -45,7 +45,7 @@ from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
 from spark_jobs.delta_rs_tables import TaskAppend, append_split_in_task, task_append
 from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import TaskTarget, quote_ident
-from spark_jobs.silver.cdc_columns import POSITION_COLUMNS, admit_columns, new_columns
+from spark_jobs.silver.cdc_columns import admit_columns, new_columns
 from spark_jobs.streaming.common import (
     Maintenance,
     OnceAppender,
@@ -142,24 +142,18 @@ class CdcApp:
     # -- tables ---------------------------------------------------------------
 
     def ensure_tables(self) -> None:
-        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-        from spark_jobs.silver.cdc_columns import SILVER_METADATA_COLUMNS
+        from spark_jobs.contracts.shop import deleted_schema, silver_schema
 
         for db in ("bronze", "silver", "quarantine"):
             ensure_database(self.spark, self.settings, db)
-        meta_types = {"_op": StringType(), "_snapshot_rank": IntegerType(), "_commit_lsn": LongType(),
-                      "_change_lsn": LongType(), "_source_ts": TimestampType(), "_extra": StringType()}
         views = {r["viewName"] for r in self.spark.sql("SHOW VIEWS IN silver").collect()}
         tables: list[tuple[str, StructType]] = []
         for contract in CDC_TABLES.values():
             self._refuse_old_layout(contract, views)
             tables.append((contract.bronze, bronze_schema()))
-            tables.append((contract.silver, StructType([
-                *contract.schema.fields, *[StructField(c, meta_types[c]) for c in SILVER_METADATA_COLUMNS]])))
-            # Delete markers: append-only (no MERGE), so no table properties needed.
-            tables.append((contract.deleted, StructType([
-                *[contract.schema[k] for k in contract.keys], *[StructField(c, meta_types[c]) for c in POSITION_COLUMNS]])))
+            tables.append((contract.silver, silver_schema(contract)))
+            tables.append((contract.deleted, deleted_schema(contract)))
         tables.append((QUARANTINE, quarantine_schema()))
         create_tables(self.spark, self.settings, tables)
         self._task_targets = {c.silver: target for c in CDC_TABLES.values() if (target := self._task_target(c))}

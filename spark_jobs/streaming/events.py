@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.contracts.events import TOPIC
 from spark_jobs.delta_rs_tables import DriverTable
 from spark_jobs.settings import Settings
-from spark_jobs.silver.events import checked_schema, valid_events
+from spark_jobs.silver.events import valid_events
 from spark_jobs.streaming.common import (
     Maintenance,
     OnceAppender,
@@ -127,17 +127,12 @@ class EventsApp:
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
 
     def ensure_tables(self) -> None:
-        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+        from spark_jobs.contracts.events import silver_schema
 
         for db in ("bronze", "silver", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
-        empty = self.spark.createDataFrame([], StructType([*checked_schema().fields,
-                                                           StructField("ingest_time", bronze_schema()["ingest_time"]
-                                                                       .dataType)]))
-        silver = StructType([*valid_events(empty).schema.fields, StructField("_late", BooleanType()),
-                             StructField("_batch_id", LongType())])
         create_tables(self.spark, self.settings, [
-            (BRONZE, bronze_schema()), (SILVER, _nullable(silver)), (QUARANTINE, quarantine_schema()),
+            (BRONZE, bronze_schema()), (SILVER, silver_schema()), (QUARANTINE, quarantine_schema()),
             (LEDGER, ledger_schema())])
         self.ledger = DriverTable(self.settings, LEDGER)
 
@@ -326,12 +321,6 @@ def ledger_schema() -> StructType:
         StructField("batch_seconds", DoubleType()), StructField("committed_at", TimestampType()),
         StructField("step_seconds", MapType(StringType(), DoubleType())),
     ])
-
-
-def _nullable(schema: StructType) -> StructType:
-    from pyspark.sql.types import StructField, StructType
-
-    return StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
 
 
 def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Callable[[DataFrame, int], DataFrame],

@@ -85,8 +85,10 @@ def test_gold_dag_has_real_intervals_pools_assets_and_order(dagbag: Any) -> None
         task = dag.get_task(t)
         assert task.pool == f"gold_{t}", "one writer per gold table: its own 1-slot pool"
         assert [o.name for o in task.outlets] == [f"gold.{t}"]
-    assert dag.get_task("fct_orders").upstream_task_ids == {"dim_customers", "dim_products"}
+    # A task runs after the tasks of the gold tables it reads (the table registry's reads).
+    assert dag.get_task("fct_orders").upstream_task_ids == {"dim_customers"}
     assert dag.get_task("fct_daily_sales").upstream_task_ids == {"fct_orders"}
+    assert dag.get_task("fct_daily_funnel").upstream_task_ids == set()
     assert dag.catchup is False and dag.max_active_runs >= 1
 
 

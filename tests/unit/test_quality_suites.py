@@ -4,7 +4,6 @@ report exactly the bad ones."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -32,10 +31,18 @@ def test_every_suite_file_parses_and_every_table_has_one():
 
 
 def test_the_dag_checks_the_live_tables():
-    tree = ast.parse((Path(__file__).resolve().parents[2] / "dags" / "lake_dq_streaming.py").read_text())
-    found = [ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-             and any(isinstance(t, ast.Name) and t.id == "LIVE_TABLES" for t in n.targets)]
-    assert found == [LIVE_TABLES]
+    """One task per live table of the registry (silver and hot), each with its suite file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "lake_dq_streaming_under_test", Path(__file__).resolve().parents[2] / "dags" / "lake_dq_streaming.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert {t.task_id for t in module.dag.tasks} >= {name.replace(".", "__") for name in LIVE_TABLES}
+    assert {n.partition(".")[0] for n in LIVE_TABLES} == {"silver", "hot"}
+    for name in LIVE_TABLES:
+        load_suite(name)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -97,7 +104,9 @@ expectations:
 def test_json_suites_load(tmp_path):
     path = write(tmp_path, "hot.funnel_15m.json", '{"table": "hot.funnel_15m", "expectations": [{"type": '
                  '"expect_column_to_exist", "kwargs": {"column": "window_start"}, "severity": "block"}]}')
-    assert [e.name for e in load_suite_file(path).expectations] == ["column_to_exist:window_start"]
+    names = [e.name for e in load_suite_file(path).expectations]
+    # The registry's column and type checks of hot.funnel_15m first, then the file's own.
+    assert names[0] == "columns" and names[1] == "type:window_start" and names[-1] == "column_to_exist:window_start"
 
 
 # --------------------------------------------------------------------------- custom rules on inline rows

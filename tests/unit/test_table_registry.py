@@ -1,0 +1,185 @@
+"""The table registry (spark_jobs/contracts/tables.py) as the one declaration of a table: what is derived from it,
+what it refuses, and the README's "How to add a table" done for a throwaway gold table in a temp registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType, ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DateType, LongType, StructField, StructType
+
+from spark_jobs.contracts import tables as registry
+from spark_jobs.contracts.tables import (
+    DQ_GATE_CHECK,
+    GOLD_DAG,
+    REPLACE_PARTITION,
+    REPLACE_TABLE,
+    TABLES,
+    LakeTable,
+    gold_steps,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+START, END = datetime(2026, 11, 19, tzinfo=UTC), datetime(2026, 11, 20, tzinfo=UTC)
+
+# --- the throwaway table: one declaration, its transform, its suite's business rules (and this test) ---------
+
+THROWAWAY_SCHEMA = StructType([StructField("order_date", DateType()), StructField("big_orders", LongType(), False)])
+THROWAWAY = LakeTable("gold.fct_throwaway", "one row per order date", GOLD_DAG, ("order_date",), ("order_date",),
+                      write_mode=REPLACE_PARTITION, reads=("gold.fct_orders",),
+                      transform="tests.unit.test_table_registry:fct_throwaway", dq=DQ_GATE_CHECK,
+                      schema=THROWAWAY_SCHEMA)
+THROWAWAY_SUITE = """\
+table: gold.fct_throwaway
+row_keys: [order_date]
+expectations:
+- name: big_orders_not_negative
+  type: expect_column_values_to_be_between
+  kwargs: {column: big_orders, min_value: 0}
+  severity: block
+"""
+
+
+def fct_throwaway(read: Callable[[str], DataFrame], start: datetime, end: datetime) -> DataFrame:
+    """Orders of 100 or more per day."""
+    orders = read("gold.fct_orders")
+    return (orders.where((F.col("order_date") >= F.lit(start.date())) & (F.col("order_date") < F.lit(end.date()))
+                         & (F.col("total") >= 100))
+            .groupBy("order_date").agg(F.count(F.lit(1)).alias("big_orders")))
+
+
+@pytest.fixture
+def throwaway(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, ModuleType]]:
+    """The registry with the throwaway table added, and the modules that derive their lists from it re-imported
+    under it (and again without it afterwards)."""
+    derived = ("spark_jobs.jobs.gold", "spark_jobs.stack.bootstrap", "spark_jobs.bench.dq", "spark_jobs.quality.checks")
+    monkeypatch.setattr(registry, "TABLES", MappingProxyType({**TABLES, THROWAWAY.name: THROWAWAY}))
+    modules = {name: importlib.reload(importlib.import_module(name)) for name in derived}
+    try:
+        yield modules
+    finally:
+        monkeypatch.undo()
+        for name in derived:
+            importlib.reload(importlib.import_module(name))
+
+
+def _load_dag(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", REPO / "dags" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def test_a_gold_table_added_to_the_registry_is_built_scheduled_pooled_checked_and_benched(
+        throwaway: dict[str, ModuleType], spark: Any, tmp_path: Path) -> None:
+    gold = throwaway["spark_jobs.jobs.gold"]
+    # The gold job: a step after what it reads, replaced by its date partition.
+    assert gold.STEPS[-1] == "fct_throwaway" and gold.PARTITION["fct_throwaway"] == "order_date"
+    # The DAG: its task, after fct_orders, in its own pool, with its Asset; the serving watermark after it.
+    dag = _load_dag("lake_gold_daily")
+    task = dag.get_task("fct_throwaway")
+    assert task.upstream_task_ids == {"fct_orders"}
+    assert task.pool == "gold_fct_throwaway" and [o.name for o in task.outlets] == ["gold.fct_throwaway"]
+    assert "fct_throwaway" in dag.get_task("serving_watermark").upstream_task_ids
+    # The pool `lake stack up` creates, and the DQ bench's list.
+    assert "gold_fct_throwaway" in throwaway["spark_jobs.stack.bootstrap"].GOLD_POOLS
+    assert "gold.fct_throwaway" in throwaway["spark_jobs.bench.dq"].GOLD
+    # Not a live table: the streaming DQ DAG leaves it to its gate.
+    assert "gold.fct_throwaway" not in throwaway["spark_jobs.quality.checks"].LIVE_TABLES
+    # compute(): the declared transform over what it declares it reads, checked against its schema.
+    orders = spark.createDataFrame([(datetime(2026, 11, 19).date(), 150.0), (datetime(2026, 11, 19).date(), 5.0),
+                                    (datetime(2026, 11, 20).date(), 500.0)], "order_date date, total double")
+    lake = SimpleNamespace(table=lambda name: {"gold.fct_orders": orders}[name])
+    rows = gold.compute(lake, "fct_throwaway", gold.Interval(START, END)).collect()
+    assert [(r["order_date"].isoformat(), r["big_orders"]) for r in rows] == [("2026-11-19", 1)]
+    # Its suite: the business rule from its file, the column and type checks from its registry schema.
+    from spark_jobs.quality.suites import load_suite
+
+    (tmp_path / "gold.fct_throwaway.yml").write_text(THROWAWAY_SUITE)
+    suite = load_suite("gold.fct_throwaway", tmp_path)
+    assert [e.name for e in suite.expectations] == ["columns", "type:order_date", "type:big_orders",
+                                                    "big_orders_not_negative"]
+    assert suite.expectations[0].kwargs == {"column_set": ["order_date", "big_orders"], "exact_match": True}
+    assert suite.expectations[1].kwargs == {"column": "order_date", "type_": "DateType"}
+
+
+def test_a_transform_that_drifts_from_its_declared_schema_is_refused(throwaway: dict[str, ModuleType],
+                                                                     spark: Any) -> None:
+    gold = throwaway["spark_jobs.jobs.gold"]
+    orders = spark.createDataFrame([(datetime(2026, 11, 19).date(), 150.0)], "order_date date, total double")
+    frame = fct_throwaway(lambda name: orders, START, END).withColumn("big_orders", F.col("big_orders").cast("int"))
+    with pytest.raises(gold.RunParamError, match=r"missing or other type: big_orders bigint; not declared: "
+                                                 r"big_orders int\)"):
+        gold.conform(frame, THROWAWAY)
+
+
+def reads_undeclared(read: Callable[[str], DataFrame], start: datetime, end: datetime) -> DataFrame:
+    return read("silver.orders")  # not in its reads
+
+
+def test_a_transform_reading_an_undeclared_table_is_refused(throwaway: dict[str, ModuleType],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    gold = throwaway["spark_jobs.jobs.gold"]
+    sloppy = dataclasses.replace(THROWAWAY, transform="tests.unit.test_table_registry:reads_undeclared")
+    monkeypatch.setattr(registry, "TABLES", MappingProxyType({**TABLES, sloppy.name: sloppy}))
+    with pytest.raises(ValueError, match="reads silver.orders, which its registry entry does not declare "
+                                         r"\(reads: gold.fct_orders\): add it there"):
+        gold.compute(SimpleNamespace(table=lambda name: None), "fct_throwaway", gold.Interval(START, END))
+
+
+def test_gold_tables_must_be_declared_after_what_they_read() -> None:
+    early = LakeTable("gold.fct_early", "x", GOLD_DAG, write_mode=REPLACE_TABLE, reads=("gold.fct_orders",),
+                      transform="m:f")
+    with pytest.raises(ValueError, match=r"gold.fct_early reads gold.fct_orders, declared after it"):
+        gold_steps({early.name: early, **TABLES})
+    with pytest.raises(ValueError, match="needs its transform"):
+        gold_steps({"gold.bare": LakeTable("gold.bare", "x", GOLD_DAG, write_mode=REPLACE_TABLE)})
+
+
+def test_declarations_name_their_mistakes() -> None:
+    with pytest.raises(ValueError, match="write_mode 'upsert' is not one of append-once"):
+        LakeTable("gold.x", "x", GOLD_DAG, write_mode="upsert")
+    with pytest.raises(ValueError, match="replace-partition needs exactly one partition column"):
+        LakeTable("gold.x", "x", GOLD_DAG, write_mode=REPLACE_PARTITION)
+    with pytest.raises(ValueError, match="is not 'module:function'"):
+        LakeTable("gold.x", "x", GOLD_DAG, write_mode=REPLACE_TABLE, transform="spark_jobs.gold.steps.fct_orders")
+
+
+def test_every_gold_transform_returns_its_declared_schema(spark: Any) -> None:
+    """The registry's gold schemas are what the transforms return, on inputs laid out as the lake's tables."""
+    from spark_jobs.contracts.shop import CDC_TABLES, silver_schema
+    from spark_jobs.jobs.gold import conform
+    from spark_jobs.streaming.common import bronze_schema
+
+    frames: dict[str, DataFrame] = {"silver.events": spark.createDataFrame([], TABLES["silver.events"].schema)}
+    for contract in CDC_TABLES.values():
+        frames[contract.bronze] = spark.createDataFrame([], bronze_schema())
+        frames[contract.silver] = spark.createDataFrame([], silver_schema(contract))
+    for table in gold_steps():
+        module, _, function = table.transform.partition(":")
+        frame = getattr(importlib.import_module(module), function)(frames.__getitem__, START, END)
+        conform(frame, table)  # raises naming the difference
+        frames[table.name] = frame
+
+
+def test_silver_events_is_created_as_the_check_outputs_it(spark: Any) -> None:
+    from spark_jobs.silver.events import checked_schema, valid_events
+    from spark_jobs.streaming.common import bronze_schema
+
+    empty = spark.createDataFrame([], StructType([*checked_schema().fields,
+                                                  StructField("ingest_time", bronze_schema()["ingest_time"].dataType)]))
+    written = StructType([*valid_events(empty).schema.fields, StructField("_late", BooleanType()),
+                          StructField("_batch_id", LongType())])
+    declared = TABLES["silver.events"].schema
+    assert declared is not None
+    assert [(f.name, f.dataType) for f in declared.fields] == [(f.name, f.dataType) for f in written.fields]
