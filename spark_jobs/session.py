@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.files import write_atomic
 from spark_jobs.jars import spark_extra_jars
 from spark_jobs.settings import Settings
 
@@ -194,14 +194,7 @@ def write_private(path: Path, text: str) -> None:
     truncated one.
     """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp: mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text, private=True)
 
 
 def write_spark_defaults(settings: Settings) -> Path:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from spark_jobs import kafka_auth, logs
 from spark_jobs.contracts.tables import TABLES, lake_table
 from spark_jobs.delta_rs_tables import HISTORY, batch_marker
+from spark_jobs.files import write_atomic
 from spark_jobs.settings import Settings
 from spark_jobs.table_io import table_location
 
@@ -51,9 +52,7 @@ def status_path(settings: Settings) -> Path:
 
 
 def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

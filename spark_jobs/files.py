@@ -1,0 +1,32 @@
+"""Replacing a file atomically: the one helper for files that others read while we rewrite them (private
+configs and secrets, the streaming queries' status files, the Data Docs trend page)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str, private: bool = False) -> None:
+    """Replace ``path`` with ``text`` (UTF-8): a reader sees the old file or the new one, never a part of it.
+
+    Written to a new hidden file beside ``path`` (same folder, so same file system) and renamed over it; that file
+    is removed if the write fails. ``private``: mode 0600, else the mode a new file gets (0666 less the umask).
+    The folder must exist. No fsync: atomic for readers and against the writer dying, not against power loss.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o600 if private else 0o666)
+            break
+        except FileExistsError:  # another writer's temporary file: draw another name
+            continue
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
