@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.files import write_atomic
 from spark_jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,7 @@ def write_fair_scheduler(settings: Settings) -> Path:
     text = fair_scheduler_xml()
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     return path
 
 

@@ -1,6 +1,6 @@
-"""spark_jobs.files.write_atomic, the one atomic-write helper, and the three writers built on it
-(session.write_private, quality.trend.write_atomic, streaming.common.write_json_atomic): modes, no leftovers,
-readers never see a part of a file."""
+"""spark_jobs.files.write_atomic, the one atomic-write helper, and the writers built on it (session.write_private,
+quality.trend.write_atomic, streaming.common.write_json_atomic, streaming.engine.write_fair_scheduler): modes,
+no leftovers, readers never see a part of a file."""
 
 from __future__ import annotations
 
@@ -98,3 +98,15 @@ def test_the_writers_built_on_it(tmp_path: Path, umask_022: None) -> None:
     assert read_json(status) == {"batch": 3, "query": "lake_cdc"} and mode(status) == 0o644  # as before: the umask's
     assert status.read_text() == json.dumps({"batch": 3, "query": "lake_cdc"}, indent=1, sort_keys=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "stream-status.json", "trend.html"]
+
+
+def test_the_fair_scheduler_pools_file_is_written_atomically_once(tmp_path: Path, umask_022: None) -> None:
+    from spark_jobs.settings import load_settings
+    from spark_jobs.streaming.engine import fair_scheduler_xml, write_fair_scheduler
+
+    path = write_fair_scheduler(load_settings({"LAKE_STATE_DIR": str(tmp_path)}))
+    assert path.read_text(encoding="utf-8") == fair_scheduler_xml() and mode(path) == 0o644  # no secrets
+    assert mode(path.parent) == 0o700 and [p.name for p in path.parent.iterdir()] == [path.name]
+    before = path.stat().st_mtime_ns
+    assert write_fair_scheduler(load_settings({"LAKE_STATE_DIR": str(tmp_path)})) == path
+    assert path.stat().st_mtime_ns == before  # unchanged: not rewritten
