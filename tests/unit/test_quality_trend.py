@@ -39,3 +39,14 @@ def test_index_gets_one_link_to_the_trend_page(tmp_path):
     text = index.read_text()
     assert text.count(f'href="{TREND_PAGE}"') == 1
     assert text.index('id="lake-dq-trend-link"') < text.index('<div class="container-fluid')
+
+
+def test_names_and_ids_are_escaped_not_markup():
+    table = "gold.<script>alert(1)</script>"
+    bad = Point(T0, 'run"><script>x()</script>', "<b>task</b>", 4, 4, 0, 0)
+    page = render_trend_page({table: [bad]}, T0)
+    assert "<script>" not in page and "<b>" not in page
+    assert "<h2>gold.&lt;script&gt;alert(1)&lt;/script&gt;</h2>" in page
+    assert 'id="trend-gold-&lt;script&gt;alert(1)&lt;/script&gt;"' in page  # the anchor too
+    assert "<td>run&#34;&gt;&lt;script&gt;x()&lt;/script&gt;</td><td>&lt;b&gt;task&lt;/b&gt;</td>" in page
+    assert 'data-table="gold.&lt;script&gt;alert(1)&lt;/script&gt;"' in svg_plot(table, [bad])
