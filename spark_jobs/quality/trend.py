@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from spark_jobs import files
 
 if TYPE_CHECKING:
     import jinja2
@@ -245,7 +245,4 @@ def link_trend(site: Path) -> None:
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` atomically: the dq-docs server may be reading it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".trend-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)  # mkstemp's 0600: the state dir is private (the dq-docs server runs as its owner)
+    files.write_atomic(path, text, private=True)  # 0600: the state dir is private (the dq-docs server runs as its owner)
