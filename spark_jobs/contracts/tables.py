@@ -4,7 +4,7 @@ write mode; a gold table also with the tables it reads and its transform.
 Schemas stay with the code that defines them (the CDC contracts in :mod:`spark_jobs.contracts.shop`, the event
 contract, the hot views, the gold transforms); this registry says how each table is laid out and who may
 write it (one writer per table). Derived from it: the streaming app's table DDL
-(:func:`spark_jobs.streaming.common.create_table`); the gold steps, their order and partition columns
+(:func:`spark_jobs.table_io.create.create_table`); the gold steps, their order and partition columns
 (:mod:`spark_jobs.jobs.gold`), the gold DAG's tasks, dependencies and Assets, its Airflow pools, ``lake gold build
 --tables``, the DQ and bench table lists (:func:`gold_steps`, :func:`live_tables`). ``tests/integration/
 test_table_registry.py`` checks the catalog of a running stack against it: no table outside it, partitioning and

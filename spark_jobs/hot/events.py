@@ -11,7 +11,7 @@ Per micro-batch the streaming app aggregates its new unique events per window
 on the executors (:func:`batch_deltas`, one Spark job; only these few rows
 reach the driver), reads the current rows of the windows that changed from
 the hot table, adds the deltas (:func:`apply_deltas`) and upserts those rows
-from the driver (``spark_jobs.delta_rs_tables``: one delta-rs MERGE of a few rows,
+from the driver (``spark_jobs.table_io.driver``: one delta-rs MERGE of a few rows,
 Delta transaction = query id + batch id, so a batch replayed after a crash is
 skipped). The hot table is the window state: nothing of it is kept in memory
 between batches. ``_last_batch`` is the last batch that changed a window.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.tables import REPLACE_PARTITION, REPLACE_TABLE, LakeTable, gold_steps, lake_table
+from spark_jobs.contracts.tables import REPLACE_PARTITION, LakeTable, gold_steps, lake_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -179,19 +179,13 @@ class StepResult:
 
 
 def write(df: DataFrame, settings: Settings, step: str, interval: Interval, metadata: str | None = None) -> None:
-    """Publish ``df`` as ``gold.<step>`` by its registry write mode: the interval's partitions (``replaceWhere``) or
-    the whole table."""
-    from spark_jobs.table_io import replace_partition, replace_table
+    """Publish ``df`` as ``gold.<step>`` by its registry write mode (:func:`spark_jobs.table_io.publish`): the
+    interval's partitions or the whole table."""
+    from spark_jobs.table_io import publish
 
     table = step_table(step)
-    if table.write_mode == REPLACE_PARTITION:
-        column = table.partitioned_by[0]
-        replace_partition(df, settings, table.name, interval.predicate(column), [column])
-    elif table.write_mode == REPLACE_TABLE:
-        replace_table(df, settings, table.name, metadata)
-    else:
-        raise ValueError(f"{table.name}: the gold job writes {REPLACE_PARTITION} or {REPLACE_TABLE} tables, not "
-                         f"{table.write_mode}")
+    predicate = interval.predicate(table.partitioned_by[0]) if table.write_mode == REPLACE_PARTITION else None
+    publish(df, settings, table.name, predicate=predicate, metadata=metadata)
 
 
 def dimension_inputs(spark: SparkSession, step: str) -> str:

@@ -4,7 +4,7 @@ Each function runs the stream's own transforms (no copy of them) over a range of
 micro-batch:
 
 * CDC (:func:`apply_cdc`): :func:`spark_jobs.silver.cdc.parse_tables_frame` in the executors' Python workers,
-  :func:`~spark_jobs.silver.cdc.table_rows`, then :func:`~spark_jobs.silver.cdc.apply_changes` (newest change
+  :func:`~spark_jobs.silver.cdc.table_rows`, then :func:`~spark_jobs.table_io.merge.apply_changes` (newest change
   per key by source position, TOAST-filled, against the delete markers; the position-guarded MERGE; the delete
   markers appended). Over an empty shadow it builds the table; over a built one it applies a later range (the
   tail), exactly as the stream applies its next batch.
@@ -28,8 +28,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.hot.events import HotView, batch_deltas, hot_schema
-from spark_jobs.silver.cdc import apply_changes, parse_tables_frame, table_rows
+from spark_jobs.silver.cdc import parse_tables_frame, table_rows
 from spark_jobs.silver.events import check_events, valid_events
+from spark_jobs.table_io import append_to
+from spark_jobs.table_io.merge import apply_changes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -96,7 +98,6 @@ def apply_cdc(spark: SparkSession, records: DataFrame, topic: str, schema: Struc
     ``rejects`` (records the parse refused: the stream put them in ``quarantine.cdc`` already) and ``deletes``.
     Idempotent: applying a range again changes nothing (the MERGE is position-guarded).
     """
-    from delta.tables import DeltaTable
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -116,13 +117,13 @@ def apply_cdc(spark: SparkSession, records: DataFrame, topic: str, schema: Struc
             markers = spark.read.format("delta").load(deleted_location)
 
             def append_markers(rows: DataFrame) -> None:
-                rows.write.format("delta").mode("append").save(deleted_location)
+                append_to(rows, deleted_location)
 
             # As the streaming app runs it: the MERGE reads the checkpointed source as it is (no second copy).
             previous = spark.conf.get(MATERIALIZE_SOURCE, None)
             spark.conf.set(MATERIALIZE_SOURCE, "none")
             try:
-                apply_changes(DeltaTable.forPath(spark, silver_location), changes, keys, markers,
+                apply_changes(spark, silver_location, changes, keys, markers,
                               append_markers if out["deletes"] else None, checkpoint=True)
             finally:
                 if previous is None:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_jobs.contracts.tables import lake_table
 from spark_jobs.hot.events import HOT_VIEWS
 from spark_jobs.replay.build import (
     Offsets,
@@ -120,25 +119,10 @@ class Lake:
 
     def create_empty(self, name: str, schema: StructType, like: str) -> None:
         """Make ``name`` an empty table with ``schema``, laid out as table ``like`` (its registry partitioning and
-        properties). A table already there (an earlier replay's shadow) is emptied by one overwrite commit: Delta's
-        ``createOrReplace`` on a path kept the old rows (seen in the unit tests)."""
-        from delta.tables import DeltaTable
+        properties); an earlier replay's shadow there is emptied (:func:`spark_jobs.table_io.create_empty_at`)."""
+        from spark_jobs.table_io import create_empty_at
 
-        entry = lake_table(like)
-        location = self.locate(name)
-        if self.exists(name):
-            writer = (self.spark.createDataFrame([], schema).write.format("delta").mode("overwrite")
-                      .option("overwriteSchema", "true"))
-            if entry.partitioned_by:
-                writer = writer.partitionBy(*entry.partitioned_by)
-            writer.save(location)
-        else:
-            builder = DeltaTable.create(self.spark).location(location).addColumns(schema)
-            if entry.partitioned_by:
-                builder = builder.partitionedBy(*entry.partitioned_by)
-            for key, value in entry.properties.items():
-                builder = builder.property(key, value)
-            builder.execute()
+        create_empty_at(self.spark, self.locate(name), schema, like, exists=self.exists(name))
         self._registered(name)
 
     def replace(self, name: str, rows: DataFrame, like: str) -> int:
@@ -147,19 +131,17 @@ class Lake:
         return self.append(name, rows)
 
     def append(self, name: str, rows: DataFrame) -> int:
-        rows.write.format("delta").mode("append").save(self.locate(name))
+        from spark_jobs.table_io import append_to
+
+        append_to(rows, self.locate(name))
         return self.output_rows(name)
 
     def output_rows(self, name: str) -> int:
-        """Rows the newest write of ``name`` wrote (its ``numOutputRows``; 0 when it wrote none). The newest WRITE,
-        not the newest commit: Delta's auto compaction may commit an OPTIMIZE right after the append (the report
-        of silver.events said 0 rebuilt events beside 145,772 rows)."""
-        from delta.tables import DeltaTable
+        """Rows the newest write of ``name`` wrote (the report of silver.events once said 0 rebuilt events beside
+        145,772 rows, reading the newest commit: an auto compaction's)."""
+        from spark_jobs.table_io import written_rows
 
-        row = (DeltaTable.forPath(self.spark, self.locate(name)).history(20).where("operation = 'WRITE'")
-               .orderBy("version", ascending=False).select("operationMetrics").first())
-        metrics = (row[0] if row else None) or {}
-        return int(metrics.get("numOutputRows", 0))
+        return written_rows(self.spark, self.locate(name))
 
     def switch(self, name: str, rows: DataFrame, metadata: str) -> None:
         from spark_jobs.table_io import overwrite_location
@@ -177,8 +159,9 @@ class Lake:
                               "bounds how long a rollback works; docs/operations.md, Replay (Kappa))") from exc
 
     def append_history(self, entries: Sequence[Entry]) -> None:
-        frame = self.spark.createDataFrame([e.as_row() for e in entries], replays_schema())
-        frame.write.format("delta").mode("append").save(self.locate(REPLAYS))
+        from spark_jobs.table_io import append_to
+
+        append_to(self.spark.createDataFrame([e.as_row() for e in entries], replays_schema()), self.locate(REPLAYS))
         self._registered(REPLAYS)
 
     def _registered(self, name: str) -> None:

@@ -115,16 +115,11 @@ def decide(current: date | None, day: date, passed: Iterable[date], backfill: bo
 def ensure_watermark_table(spark: SparkSession, settings: Settings) -> None:
     """``CREATE TABLE IF NOT EXISTS`` the watermark table at its warehouse location (plain SQL: this runs on Spark
     Connect, where the streaming app's ``DeltaTable`` builder is not available)."""
-    from spark_jobs.table_io import ensure_database, table_location
+    from spark_jobs.table_io import create_table_sql, ensure_database
 
     ensure_database(spark, settings, WATERMARK_TABLE.partition(".")[0])
-    if spark.catalog.tableExists(WATERMARK_TABLE):
-        return
-    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
-                        for f in watermark_schema().fields)
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {WATERMARK_TABLE} ({columns}) USING delta "
-              f"LOCATION '{table_location(settings, WATERMARK_TABLE)}' "
-              "COMMENT 'serving layer batch watermark: one row per move, the current one has the highest seq'")
+    create_table_sql(spark, settings, WATERMARK_TABLE, watermark_schema(),
+                     "serving layer batch watermark: one row per move, the current one has the highest seq")
 
 
 def read_current(spark: SparkSession, table: str = WATERMARK_TABLE) -> tuple[int, date | None]:
@@ -199,25 +194,14 @@ def unserved_days(spark: SparkSession, after: date, until: date,
     return with_data, unbuilt
 
 
-def _lit(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return f"CAST({value} AS BIGINT)"
-    if isinstance(value, date):
-        return f"DATE'{value.isoformat()}'"
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def record(spark: SparkSession, seq: int, move: Move, *, run_id: str, dag_id: str, task_id: str,
            table: str = WATERMARK_TABLE) -> None:
-    """Insert the row of ``move`` as ``seq`` (insert-only MERGE: a ``seq`` already there is left as it is)."""
+    """Insert the row of ``move`` as ``seq`` (insert-only: a ``seq`` already there is left as it is)."""
+    from spark_jobs.table_io import insert_if_absent
+
     values = {"seq": seq, "watermark": move.watermark, "previous": move.previous, "backfill": move.backfill,
               "reason": move.reason, "run_id": run_id, "dag_id": dag_id, "task_id": task_id}
-    row = ", ".join([*(f"{_lit(v)} AS {k}" for k, v in values.items()), "current_timestamp() AS moved_at"])
-    spark.sql(f"MERGE INTO {table} t USING (SELECT {row}) s ON t.seq = s.seq WHEN NOT MATCHED THEN INSERT *")
+    insert_if_absent(spark, table, watermark_schema(), values, "seq", {"moved_at": "current_timestamp()"})
 
 
 def move(spark: SparkSession, day: date, *, backfill: bool, run_id: str, dag_id: str, task_id: str,

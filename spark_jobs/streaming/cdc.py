@@ -9,8 +9,8 @@ plans and commits; every record is handled in Spark tasks:
    change per key (a window: TOAST-filled, position-ordered), then one task that drops the changes a delete
    marker supersedes, MERGEs the rest into ``silver.<table>`` with delta-rs (position-guarded) and appends the
    batch's deletes to ``silver.<table>__deleted`` (so a stale re-send cannot bring a key back):
-   :func:`spark_jobs.silver.cdc.apply_changes_in_task`; meanwhile one task appends the raw records of every
-   topic to its ``bronze.<topic>`` (:func:`spark_jobs.delta_rs_tables.append_split_in_task`). A table delta-rs
+   :func:`spark_jobs.table_io.merge.apply_changes_in_task`; meanwhile one task appends the raw records of every
+   topic to its ``bronze.<topic>`` (:func:`spark_jobs.table_io.driver.append_split_in_task`). A table delta-rs
    cannot write keeps Spark's MERGE and append;
 3. every record it cannot parse or apply goes to ``quarantine.cdc`` (raw bytes, reason,
    Kafka coordinates) and the stream carries on;
@@ -42,15 +42,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.shop import CDC_TABLES, TOPIC_PATTERN, CdcTable
-from spark_jobs.delta_rs_tables import TaskAppend, append_split_in_task, task_append
 from spark_jobs.settings import Settings
-from spark_jobs.silver.cdc import TaskTarget, quote_ident
+from spark_jobs.silver.cdc import quote_ident
 from spark_jobs.silver.cdc_columns import admit_columns, new_columns
 from spark_jobs.streaming.common import (
-    Maintenance,
-    OnceAppender,
     bronze_schema,
-    create_tables,
     ensure_log_output,
     log_batch,
     quarantine_schema,
@@ -62,6 +58,11 @@ from spark_jobs.streaming.common import (
 )
 from spark_jobs.streaming.engine import ARCHIVE, CDC, BatchJobs
 from spark_jobs.table_io import ensure_database, table_location
+from spark_jobs.table_io.append import OnceAppender
+from spark_jobs.table_io.create import create_tables
+from spark_jobs.table_io.driver import TaskAppend, append_split_in_task, task_append
+from spark_jobs.table_io.maintenance import Maintenance
+from spark_jobs.table_io.merge import TaskTarget
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -161,7 +162,7 @@ class CdcApp:
                                 if (bronze := task_append(self.settings, c.bronze))}
 
     def _task_target(self, contract: CdcTable) -> TaskTarget | None:
-        """Where a Spark task MERGEs this table with delta-rs (:func:`~spark_jobs.silver.cdc.apply_changes_in_task`),
+        """Where a Spark task MERGEs this table with delta-rs (:func:`~spark_jobs.table_io.merge.apply_changes_in_task`),
         or None when delta-rs cannot write it (a silver table with deletion vectors, from before they were turned
         off): then Spark's MERGE applies it, slower (docs/benchmarks.md, "CDC design G")."""
         silver, markers = task_append(self.settings, contract.silver), task_append(self.settings, contract.deleted)
@@ -281,7 +282,7 @@ class CdcApp:
     def _bronze(self, contracts: Sequence[CdcTable], raw: DataFrame, ingest_time: datetime, app_id: str,
                 batch_id: int, jobs: BatchJobs) -> None:
         """The batch's raw records -> ``bronze.<topic>`` of each of ``contracts``: one Spark task appends them all
-        with delta-rs (:func:`~spark_jobs.delta_rs_tables.append_split_in_task`); a table delta-rs cannot write
+        with delta-rs (:func:`~spark_jobs.table_io.driver.append_split_in_task`); a table delta-rs cannot write
         gets Spark's append."""
         from pyspark.sql import functions as F
 
@@ -300,10 +301,11 @@ class CdcApp:
     def _apply(self, index: int, contract: CdcTable, parsed: DataFrame, summary: dict[str, Any], app_id: str,
                batch_id: int, jobs: BatchJobs) -> None:
         """The MERGE of one table's changes and its delete markers: one Spark job whose task MERGEs with delta-rs
-        (:func:`spark_jobs.silver.cdc.apply_changes_in_task`), else Spark's MERGE (:meth:`_apply_with_spark`)."""
+        (:func:`spark_jobs.table_io.merge.apply_changes_in_task`), else Spark's MERGE (:meth:`_apply_with_spark`)."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.silver.cdc import apply_changes_in_task, table_rows
+        from spark_jobs.silver.cdc import table_rows
+        from spark_jobs.table_io.merge import apply_changes_in_task
 
         t = time.monotonic()
         changes = table_rows(parsed, index, contract.topic, self._schema(contract)).where(F.col("_error").isNull())
@@ -343,23 +345,21 @@ class CdcApp:
 
     def _apply_with_spark(self, contract: CdcTable, changes: DataFrame, summary: dict[str, Any], app_id: str,
                           batch_id: int, jobs: BatchJobs) -> None:
-        """Spark's MERGE and a Spark append of the markers (:func:`spark_jobs.silver.cdc.apply_changes`): a table
+        """Spark's MERGE and a Spark append of the markers (:func:`spark_jobs.table_io.merge.apply_changes`): a table
         delta-rs cannot write."""
-        from delta.tables import DeltaTable
-
-        from spark_jobs.silver.cdc import apply_changes
+        from spark_jobs.table_io.merge import apply_changes
 
         markers = self.spark.read.format("delta").load(table_location(self.settings, contract.deleted))
 
         def append_markers(rows: DataFrame) -> None:
             self._append(rows, contract.deleted, app_id, batch_id, jobs)
 
-        apply_changes(DeltaTable.forPath(self.spark, table_location(self.settings, contract.silver)), changes,
+        apply_changes(self.spark, table_location(self.settings, contract.silver), changes,
                       contract.keys, markers, append_markers if summary["deletes"] else None, checkpoint=True)
         jobs.committed()
 
     def _append(self, frame: DataFrame, table: str, app_id: str, batch_id: int, jobs: BatchJobs) -> None:
-        """Append ``frame`` to ``table`` at most once per batch (:class:`~spark_jobs.streaming.common.OnceAppender`)."""
+        """Append ``frame`` to ``table`` at most once per batch (:class:`~spark_jobs.table_io.append.OnceAppender`)."""
         if self.appender.append(frame, table, app_id, batch_id):
             jobs.committed()
 

@@ -64,7 +64,7 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         "spark.scheduler.allocation.file": str(write_fair_scheduler(settings)),
         # MERGE sources are checkpointed by the app (silver.cdc.apply_changes): no second materialisation.
         "spark.databricks.delta.merge.materializeSource": "none",
-        # The stream compacts on a schedule (streaming.common.Maintenance, LAKE_STREAM_COMPACT_MINUTES), not in
+        # The stream compacts on a schedule (table_io.maintenance.Maintenance, LAKE_STREAM_COMPACT_MINUTES), not in
         # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
         # tables keep the property (contracts.tables.AUTO_COMPACT) for any other Spark writer.
         **AUTO_COMPACT_OFF,

@@ -24,7 +24,7 @@ persisted batch:
    (with the batch's Spark jobs and Delta commits beside its step seconds).
 
 Exactly-once: a batch already in the ledger is skipped whole; otherwise every
-append lands at most once (``streaming.common.OnceAppender``: a commit marker per
+append lands at most once (``table_io.append.OnceAppender``: a commit marker per
 table and batch, checked on the first batch after a start). A batch re-run after a
 crash sees the same records, the same de-duplication state (the state store
 is versioned with the checkpoint) and the same ingest time (the batch
@@ -47,14 +47,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contracts.events import TOPIC
-from spark_jobs.delta_rs_tables import DriverTable
 from spark_jobs.settings import Settings
 from spark_jobs.silver.events import valid_events
 from spark_jobs.streaming.common import (
-    Maintenance,
-    OnceAppender,
     bronze_schema,
-    create_tables,
     ensure_log_output,
     last_trigger_ms,
     log_batch,
@@ -66,6 +62,10 @@ from spark_jobs.streaming.common import (
 from spark_jobs.streaming.engine import ARCHIVE, BatchJobs
 from spark_jobs.streaming.events_plan import CHECKED, RAW, batch_stats, events_stream, late_flag
 from spark_jobs.table_io import ensure_database
+from spark_jobs.table_io.append import OnceAppender
+from spark_jobs.table_io.create import create_tables
+from spark_jobs.table_io.driver import DriverTable
+from spark_jobs.table_io.maintenance import Maintenance
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

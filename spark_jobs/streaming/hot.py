@@ -33,21 +33,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from spark_jobs.contracts.events import TOPIC
-from spark_jobs.delta_rs_tables import DriverTable
 from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
 from spark_jobs.settings import Settings
-from spark_jobs.streaming.common import (
-    batch_offsets,
-    create_tables,
-    last_trigger_ms,
-    log_batch,
-    query_id,
-    read_json,
-    write_json_atomic,
-)
+from spark_jobs.streaming.common import batch_offsets, last_trigger_ms, log_batch, query_id, read_json, write_json_atomic
 from spark_jobs.streaming.engine import HOT, BatchJobs
 from spark_jobs.streaming.events_plan import hot_stream
 from spark_jobs.table_io import checkpoint_location, ensure_database
+from spark_jobs.table_io.create import create_tables
+from spark_jobs.table_io.driver import DriverTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -127,8 +127,8 @@ def test_silver_is_a_delta_table_with_history_time_travel_and_change_feed(cdc: S
     deltalake package (no Spark) reads the same rows."""
     from deltalake import DeltaTable, QueryBuilder
 
-    from spark_jobs.delta_rs_tables import storage_options, table_uri
     from spark_jobs.session import connect_session
+    from spark_jobs.table_io.driver import storage_options, table_uri
 
     with shop_cursor(cdc) as cur:
         cur.execute("UPDATE customers SET loyalty_tier = 'delta-history' WHERE customer_id = "

@@ -7,10 +7,10 @@ from __future__ import annotations
 from deltalake import DeltaTable
 
 from spark_jobs.contracts.tables import TABLES, lake_table
-from spark_jobs.delta_rs_tables import storage_options, table_uri
 from spark_jobs.settings import Settings
 from spark_jobs.stack.health import s3_client
 from spark_jobs.table_io import LAYERS
+from spark_jobs.table_io.driver import storage_options, table_uri
 from tests.integration.lakehelpers import start_streaming, wait_stream, wait_until
 
 

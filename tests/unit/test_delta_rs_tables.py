@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from spark_jobs.delta_rs_tables import (
+from spark_jobs.settings import load_settings
+from spark_jobs.table_io.driver import (
     DriverDeltaError,
     DriverTable,
     TaskAppend,
@@ -21,7 +22,6 @@ from spark_jobs.delta_rs_tables import (
     table_uri,
     writable_target,
 )
-from spark_jobs.settings import load_settings
 
 SCHEMA = pa.schema([pa.field("window_start", pa.timestamp("us", tz="UTC"), nullable=False),
                     pa.field("orders", pa.int64())])

@@ -51,3 +51,22 @@ def test_an_import_circle_breaks_the_build(package: Path) -> None:
     assert result.returncode == 1
     assert "no import circles, at any depth of the package BROKEN" in result.stdout
     assert "No cycles are allowed in spark_jobs.silver" in result.stdout
+
+
+def test_a_delta_write_outside_table_io_breaks_the_build(package: Path) -> None:
+    (package / "spark_jobs" / "gold" / "probe.py").write_text("from delta.tables import DeltaTable\n")
+    result = _lint(package)
+    assert result.returncode == 1
+    assert "only table_io writes Delta (no other module imports a Delta engine) BROKEN" in result.stdout
+    assert "spark_jobs.gold.probe -> delta (l.1)" in result.stdout
+
+
+def test_the_delta_contract_covers_every_module_but_table_io() -> None:
+    """A new top-level module or package must be listed in the contract (or it could write Delta unseen)."""
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (delta,) = [c for c in contracts if c.get("forbidden_modules") == ["delta", "deltalake"]]
+    top = {p.stem for p in (REPO / "spark_jobs").iterdir()
+           if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and not p.name.startswith("__"))}
+    assert {m.removeprefix("spark_jobs.") for m in delta["source_modules"]} == top - {"table_io"}

@@ -23,8 +23,9 @@ from spark_jobs.hot.events import SALES_PER_MINUTE, hot_schema
 from spark_jobs.replay.build import events_rows, unique_checked
 from spark_jobs.replay.run import Lake, ReplayConfig, Replayer, ReplayError, ReplayReport
 from spark_jobs.replay.targets import EVENTS_SILVER, TARGETS, ReplayTarget, ReplayTargetError, resolve
-from spark_jobs.silver.cdc import apply_changes, parse_frame
+from spark_jobs.silver.cdc import parse_frame
 from spark_jobs.streaming.common import bronze_schema
+from spark_jobs.table_io.merge import apply_changes
 from tests.unit.cdc_records import KEYS, ORDERS, TOPIC, Record, change, row
 from tests.unit.event_records import enc, event
 
@@ -114,7 +115,7 @@ class World:
         def append(frame: Any) -> None:
             frame.write.format("delta").mode("append").save(self.location("silver.orders__deleted"))
 
-        apply_changes(DeltaTable.forPath(self.spark, self.location("silver.orders")), changes, KEYS, markers,
+        apply_changes(self.spark, self.location("silver.orders"), changes, KEYS, markers,
                       append)
 
     @contextlib.contextmanager

@@ -137,3 +137,22 @@ def test_unserved_days_are_days_with_silver_data_and_which_of_them_gold_lacks(sp
     assert unserved_days(spark, D1, D5, name) == ({D2, D3, D5}, {D2, D3})
     assert unserved_days(spark, NO_WATERMARK, D2, name) == ({D1, D2}, {D2})
     assert unserved_days(spark, D5, D5 + timedelta(days=3), name) == (set(), set())
+
+
+def test_the_watermark_table_is_created_in_sql_with_its_schema_and_comment(spark, ops, tmp_path, monkeypatch):
+    """Plain SQL (Spark Connect has no DeltaTable builder): the schema, the location and the comment; a location
+    that could end the SQL literal is refused."""
+    import spark_jobs.table_io as table_io
+    from spark_jobs.serving.watermark import watermark_schema
+    from spark_jobs.settings import load_settings
+
+    monkeypatch.setattr(table_io, "table_location", lambda settings, name: f"file://{tmp_path}/created")
+    table_io.create_table_sql(spark, load_settings({}), "ut_wm_ops.created", watermark_schema(), "one row per move")
+    created = spark.table("ut_wm_ops.created")
+    assert [(f.name, f.dataType, f.nullable) for f in created.schema.fields] == [
+        (f.name, f.dataType, f.nullable) for f in watermark_schema().fields]
+    detail = spark.sql("DESCRIBE DETAIL ut_wm_ops.created").first()
+    assert detail["location"].endswith("/created") and detail["description"] == "one row per move"
+    monkeypatch.setattr(table_io, "table_location", lambda settings, name: "file:///tmp/x' OR '1")
+    with pytest.raises(ValueError, match="holds a quote or backslash"):
+        table_io.create_table_sql(spark, load_settings({}), "ut_wm_ops.other", watermark_schema(), "c")

@@ -18,19 +18,16 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.delta_rs_tables import TaskAppend
 from spark_jobs.silver.cdc import (
     UNAVAILABLE_VALUE,
-    TaskTarget,
-    apply_changes,
-    apply_changes_in_task,
-    merge_once,
     newest_changes,
     parse_frame,
     parse_tables_frame,
     table_rows,
     toastable_columns,
 )
+from spark_jobs.table_io.driver import TaskAppend
+from spark_jobs.table_io.merge import TaskTarget, apply_changes, apply_changes_in_task, merge_once
 from tests.unit.cdc_records import KEYS, ORDERS, TOPIC, Record, change, raw, row, tombstone
 
 OTHER_TOPIC = "shop.public.other"
@@ -97,7 +94,6 @@ class Lake:
 
     def apply(self, records: list[Record], batch_id: int | None = None, append_markers: Any = None) -> None:
         """Parse and apply one batch (the next batch id unless given), as ``CdcApp._table`` does."""
-        from delta.tables import DeltaTable
 
         if batch_id is None:
             self.batch_id += 1
@@ -111,7 +107,7 @@ class Lake:
         # The streaming app's setting: the MERGE reads the checkpointed source as it is.
         self.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         try:
-            apply_changes(DeltaTable.forPath(self.spark, self.silver_path), changes, KEYS, markers,
+            apply_changes(self.spark, self.silver_path, changes, KEYS, markers,
                           append_markers or self.append_markers(batch_id), checkpoint=True)
         finally:
             self.spark.conf.unset("spark.databricks.delta.merge.materializeSource")
@@ -210,7 +206,7 @@ def test_crash_between_silver_and_the_markers_loses_no_delete(lake: Lake) -> Non
     if lake.engine == "task":
         from deltalake import DeltaTable as RsTable
 
-        from spark_jobs.delta_rs_tables import DriverTable
+        from spark_jobs.table_io.driver import DriverTable
 
         schema = lake.schema()
         toastable = toastable_columns(ORDERS, KEYS)

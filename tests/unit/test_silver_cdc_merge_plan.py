@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.silver.cdc import (
-    UNAVAILABLE_VALUE,
-    merge_condition,
-    merge_plan,
-    newer_condition,
-    silver_columns,
-    toastable_columns,
-    toastable_columns_of,
-)
+from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, silver_columns, toastable_columns, toastable_columns_of
+from spark_jobs.table_io.merge import merge_condition, merge_plan, newer_condition
 from tests.unit.cdc_records import KEYS, ORDERS
 
 COLUMNS = silver_columns(ORDERS)

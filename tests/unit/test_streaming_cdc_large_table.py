@@ -9,9 +9,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from spark_jobs.contracts.tables import SILVER_PROPS
-from spark_jobs.delta_rs_tables import writable_target
 from spark_jobs.streaming.cdc import CdcApp
-from spark_jobs.streaming.common import properties_to_set
+from spark_jobs.table_io.create import properties_to_set
+from spark_jobs.table_io.driver import writable_target
 
 
 def _app(spark: Any, limit_mb: int, targets: dict[str, Any]) -> CdcApp:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from spark_jobs.contracts.tables import AUTO_COMPACT, LakeTable
-from spark_jobs.streaming.common import Maintenance, create_table
+from spark_jobs.table_io.create import create_table
+from spark_jobs.table_io.maintenance import Maintenance
 
 
 class RecordingSpark:
@@ -99,10 +100,10 @@ def test_auto_compaction_and_vacuum_lite_on_real_tables(spark: Any, tmp_path: Pa
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, LongType, StructField, StructType
 
-    monkeypatch.setattr("spark_jobs.streaming.common.table_location", lambda settings, name: str(tmp_path / name))
+    monkeypatch.setattr("spark_jobs.table_io.create.table_location", lambda settings, name: str(tmp_path / name))
     schema = StructType([StructField("id", LongType()), StructField("d", DateType())])
     registry = {"default.upkeep_t": LakeTable("default.upkeep_t", "test", "test", partitioned_by=("d",))}
-    monkeypatch.setattr("spark_jobs.streaming.common.lake_table", registry.__getitem__)
+    monkeypatch.setattr("spark_jobs.table_io.create.lake_table", registry.__getitem__)
     create_table(spark, None, "default.upkeep_t", schema)  # type: ignore[arg-type]
     # The registry now declares auto compaction: create_table sets it on the table that exists.
     registry["default.upkeep_t"] = LakeTable("default.upkeep_t", "test", "test", partitioned_by=("d",),

@@ -1,4 +1,4 @@
-"""Appends of a streaming query land once per (table, batch) across restarts (spark_jobs.streaming.common.OnceAppender)."""
+"""Appends of a streaming query land once per (table, batch) across restarts (spark_jobs.table_io.append.OnceAppender)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.streaming import common
+from spark_jobs.table_io import append as common
 
 
 @pytest.fixture

@@ -1,4 +1,10 @@
-"""All table I/O: names, locations, database creation, idempotent writes.
+"""All table I/O: names, locations, database creation, and every Delta write of the lake.
+
+This package is the only code that writes Delta or imports a Delta engine (``make lint``'s import contract
+"only table_io writes Delta"): the batch writes here (replace a day's partitions, replace a table, append,
+overwrite, restore), table creation (:mod:`.create`), the stream's append-once (:mod:`.append`), the CDC
+merge-by-position (:mod:`.merge`), the driver's delta-rs commits (:mod:`.driver`) and compaction and vacuum
+(:mod:`.maintenance`).
 
 Nobody else builds an ``s3a://`` path: a table's data lives under
 ``<warehouse>/<db>/<table>`` (DESIGN.md, "Contracts").
@@ -7,12 +13,14 @@ Nobody else builds an ``s3a://`` path: a table's data lives under
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 LAYERS = ("bronze", "silver", "hot", "gold", "serving", "quarantine", "ops", "replay")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -141,3 +149,101 @@ def register_table(spark: SparkSession, settings: Settings, name: str) -> None:
     ensure_database(spark, settings, db)
     location = table_location(settings, name).replace("'", "\\'")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{location}'")
+
+
+def append_to(df: DataFrame, location: str) -> None:
+    """Append ``df`` to the Delta table at ``location`` (a replay's shadows and markers, ``ops.replays``)."""
+    df.write.format("delta").mode("append").save(location)
+
+
+def written_rows(spark: SparkSession, location: str) -> int:
+    """Rows the newest write of the table at ``location`` wrote (its ``numOutputRows``; 0 when it wrote none). The
+    newest WRITE, not the newest commit: Delta's auto compaction may commit an OPTIMIZE right after it."""
+    from delta.tables import DeltaTable
+
+    row = (DeltaTable.forPath(spark, location).history(20).where("operation = 'WRITE'")
+           .orderBy("version", ascending=False).select("operationMetrics").first())
+    metrics = (row[0] if row else None) or {}
+    return int(metrics.get("numOutputRows", 0))
+
+
+def create_empty_at(spark: SparkSession, location: str, schema: StructType, like: str, exists: bool) -> None:
+    """Make the table at ``location`` an empty one with ``schema``, laid out as the registry's table ``like``
+    (partitioning, properties). One that ``exists`` is emptied by one overwrite commit: Delta's ``createOrReplace``
+    on a path kept the old rows (seen in the replay's unit tests)."""
+    from delta.tables import DeltaTable
+
+    from spark_jobs.contracts.tables import lake_table
+
+    entry = lake_table(like)
+    if exists:
+        writer = (spark.createDataFrame([], schema).write.format("delta").mode("overwrite")
+                  .option("overwriteSchema", "true"))
+        if entry.partitioned_by:
+            writer = writer.partitionBy(*entry.partitioned_by)
+        writer.save(location)
+        return
+    builder = DeltaTable.create(spark).location(location).addColumns(schema)
+    if entry.partitioned_by:
+        builder = builder.partitionedBy(*entry.partitioned_by)
+    for key, value in entry.properties.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def create_table_sql(spark: SparkSession, settings: Settings, name: str, schema: StructType, comment: str) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` ``name`` at its warehouse location, in plain SQL: for a session over Spark
+    Connect, where delta-spark's ``DeltaTable`` builder is not available."""
+    if spark.catalog.tableExists(name):
+        return
+    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+                        for f in schema.fields)
+    # LOCATION and COMMENT take no parameter markers (Spark 4.1: "should have been blocked at the grammar level"):
+    # literals, refused when they could end one.
+    location = table_location(settings, name)
+    for text in (location, comment):
+        if "'" in text or "\\" in text:
+            raise ValueError(f"{name}: {text!r} holds a quote or backslash; a table location or comment may not")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({columns}) USING delta LOCATION '{location}' COMMENT '{comment}'")
+
+
+def insert_if_absent(spark: SparkSession, name: str, schema: StructType, row: Mapping[str, object], key: str,
+                     computed: Mapping[str, str] | None = None) -> None:
+    """Insert one row into ``name`` unless a row with its ``key`` is there (an insert-only MERGE: a re-run of the
+    task that wrote it changes nothing). ``row``'s values are data, never SQL text (a one-row DataFrame of the
+    columns' types in ``schema``); ``computed`` columns are SQL expressions (``current_timestamp()``)."""
+    import uuid
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType as Struct
+
+    given = Struct([f for f in schema.fields if f.name in row])
+    source = spark.createDataFrame([tuple(row[f.name] for f in given.fields)], given)
+    for column, sql in (computed or {}).items():
+        source = source.withColumn(column, F.expr(sql))
+    view = f"_lake_insert_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)  # session-scoped: works the same over Spark Connect
+    try:
+        spark.sql(f"MERGE INTO {name} t USING {view} s ON t.{key} = s.{key} WHEN NOT MATCHED THEN INSERT *")
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def publish(df: DataFrame, settings: Settings, name: str, *, predicate: str | None = None,
+            metadata: str | None = None) -> None:
+    """Write a batch job's ``df`` as table ``name`` by its registry write mode (:mod:`spark_jobs.contracts.tables`):
+    ``replace-partition`` replaces the rows ``predicate`` selects in its one partition column (a day's partitions),
+    ``replace-table`` the whole table (``metadata``: the commit's ``userMetadata``). The streaming writes have
+    their own objects: :class:`.append.OnceAppender` (append-once), :mod:`.merge` (merge-by-position),
+    :class:`.driver.DriverTable` (driver-upsert)."""
+    from spark_jobs.contracts.tables import REPLACE_PARTITION, REPLACE_TABLE, lake_table
+
+    table = lake_table(name)
+    if table.write_mode == REPLACE_PARTITION:
+        if predicate is None:
+            raise ValueError(f"{name} is written {REPLACE_PARTITION}: give the predicate of the partitions to replace")
+        replace_partition(df, settings, name, predicate, list(table.partitioned_by))
+    elif table.write_mode == REPLACE_TABLE:
+        replace_table(df, settings, name, metadata)
+    else:
+        raise ValueError(f"{name} is written {table.write_mode} by its streaming writer, not published by a batch job")

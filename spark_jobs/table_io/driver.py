@@ -15,7 +15,7 @@ relies on it). Only tables of reader version 1 whose writer features delta-rs
 honours are written here; :func:`check_writable` refuses anything else.
 
 Exactly-once uses the same convention as Spark's idempotent writes
-(``streaming.common.once_writer``): the commit carries the Delta transaction
+(:class:`spark_jobs.table_io.append.OnceAppender`): the commit carries the Delta transaction
 ``<app_id>:<table>`` with the batch id as its version, and a write whose batch
 id is not above the recorded version is skipped.
 """
@@ -119,7 +119,7 @@ class DriverTable:
         """Commit ``rows`` once for (``app_id``, ``batch_id``); False when that batch was already committed.
 
         The commit carries the transaction ``<app_id>:<table>`` = ``batch_id`` and Spark's ``userMetadata``
-        marker ``<app_id>:<table>:<batch id>`` (:class:`spark_jobs.streaming.common.OnceAppender`'s);
+        marker ``<app_id>:<table>:<batch id>`` (:class:`spark_jobs.table_io.append.OnceAppender`'s);
         ``check_history``: also skip when one of the table's recent commits carries that marker (a batch a Spark
         append wrote, which sets the transaction only on a driver's first batch)."""
         import pyarrow as pa
