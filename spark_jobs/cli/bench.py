@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from spark_jobs.cli import progress
-from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, comma_list
+from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, comma_list, json_option
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 
 if TYPE_CHECKING:
@@ -169,4 +169,24 @@ def replay(tables: tuple[str, ...], with_dq: bool) -> int:
     except ReplayTargetError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(json.dumps(bench_replay(load_settings(), targets, with_dq), indent=2, default=str))
+    return 0
+
+
+@group.command("contract")
+@click.option("--events", type=int, default=1_000_000, show_default=True, callback=at_least(1),
+              help="records to generate (the loadgen's generator, with late, duplicate and bad records)")
+@click.option("--seed", type=int, default=42, show_default=True, help="generator seed")
+@click.option("--repeat", type=int, default=3, show_default=True, callback=at_least(1),
+              help="interleaved rounds (every validator once a round); the best and the median are reported")
+@json_option("the figures as one JSON object")
+def contract(events: int, seed: int, repeat: int, as_json: bool) -> int:
+    """The events contract check, ours against maintained JSON Schema validators, on the same records (one process,
+    no Spark): records/s, the ratio to ours, verdict disagreements. Progress goes to stderr."""
+    from spark_jobs import logs
+    from spark_jobs.bench.contract import CANDIDATES, available, bench, table
+
+    logs.progress_to_stderr()
+    with progress.steps("bench contract (timed passes)", repeat * sum(map(available, CANDIDATES))) as done:
+        result = bench(events, seed, repeat, step=done)
+    click.echo(json.dumps(result, indent=2) if as_json else table(result))
     return 0
