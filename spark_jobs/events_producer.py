@@ -1,4 +1,4 @@
-"""Publish clickstream events to Kafka under the contract (``spark_jobs.contracts.events``).
+"""Publish clickstream events to Kafka under the contract (``spark_jobs.contracts.clickstream``).
 
 ::
 
@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import kafka_auth
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     MAX_EVENT_BYTES,
     SCHEMA_VERSION,
     TOPIC,

@@ -45,7 +45,7 @@ MANAGED_KEYS = ("cleanup.policy", "min.compaction.lag.ms", "retention.ms", "rete
 
 def wanted_configs(settings: Settings) -> dict[str, dict[str, str]]:
     """Topic -> the settings it must have (retention; for CDC topics compaction too)."""
-    from spark_jobs.contracts.events import TOPIC
+    from spark_jobs.contracts.clickstream import TOPIC
     from spark_jobs.contracts.shop import CDC_TABLES
 
     out = {TOPIC: events_topic_config(settings)}
@@ -82,7 +82,7 @@ def ensure_retention(settings: Settings, *, create_events: bool = True, timeout:
         NewTopic,
     )
 
-    from spark_jobs.contracts.events import TOPIC
+    from spark_jobs.contracts.clickstream import TOPIC
 
     admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
     wanted = wanted_configs(settings)

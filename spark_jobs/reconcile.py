@@ -56,8 +56,8 @@ def ledger(spark: SparkSession, ranges: dict[int, tuple[int, int]] | None) -> di
     """Counts and integrity checks over the tables for ``ranges`` (None = everything)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.silver.events import parse_events
-    from spark_jobs.streaming.events import BRONZE, QUARANTINE, SILVER
+    from spark_jobs.silver.clickstream import parse_events
+    from spark_jobs.streaming.archive import BRONZE, QUARANTINE, SILVER
 
     bronze = spark.table(BRONZE).where(in_ranges(F.col("partition"), F.col("offset"), ranges)).persist()
     silver_all = spark.table(SILVER)
@@ -127,7 +127,7 @@ def compare_manifest(found: dict[str, Any], manifest: dict[str, Any]) -> list[st
 
 
 #: What each hot table must hold per window, written as SQL over ``silver.events`` on its own: not the
-#: DataFrame code the stream aggregates with (``spark_jobs.hot.events``), so a bug there cannot hide itself.
+#: DataFrame code the stream aggregates with (``spark_jobs.hot.windows``), so a bug there cannot hide itself.
 _EXPECTED_METRICS = {
     "hot.sales_per_minute": """
         count_if(NOT _late AND event_type = 'purchase') AS orders,
@@ -163,8 +163,8 @@ def hot_check(spark: SparkSession, all_windows: bool = False) -> dict[str, Any]:
     """
     from pyspark.sql import functions as F
 
-    from spark_jobs.hot.events import HOT_VIEWS, comparable
-    from spark_jobs.streaming.events import LEDGER, SILVER
+    from spark_jobs.hot.windows import HOT_VIEWS, comparable
+    from spark_jobs.streaming.archive import LEDGER, SILVER
 
     row = spark.table(LEDGER).agg(F.max("watermark_after").alias("wm")).first()
     watermark = row.wm if row else None

@@ -1,12 +1,12 @@
 """``lake bench contract``: the events contract check, ours against maintained JSON Schema validators (issue 34).
 
-One process, no Spark. The loadgen's own generator (:class:`spark_jobs.loadgen.events.ClickstreamGenerator`,
+One process, no Spark. The loadgen's own generator (:class:`spark_jobs.loadgen.clickstream.ClickstreamGenerator`,
 with late, duplicate and bad records at the share the pipeline tests use) makes N records as the raw JSON bytes
 a producer sends; every candidate then checks the SAME records, interleaved round by round
 (ours, jsonschema, jsonschema-rs, fastjsonschema, ..., then again), so a busy machine slows them alike:
 
 * ``ours``: the stream's per-record verdict unit, the loop of
-  :func:`spark_jobs.silver.events_arrow.check_records` without its typed columns: size check, the parse
+  :func:`spark_jobs.silver.clickstream_arrow.check_records` without its typed columns: size check, the parse
   (``fast_doc``: orjson's, kept when it round-trips, else the strict ``parse_record``), the compiled contract
   (``FastCheck.event_micros``), and for a record it does not accept ``check_record`` (reason code and detail,
   what ``quarantine.events`` stores). The ratios are to this row.
@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     EVENT_TIME_RE,
     INT64_MAX,
     INT64_MIN,
@@ -64,9 +64,9 @@ from spark_jobs.contracts.events import (
     parse_record,
 )
 from spark_jobs.contracts.events_rules import field_rules
-from spark_jobs.hot.events import from_epoch_micros
-from spark_jobs.loadgen.events import ClickstreamGenerator
-from spark_jobs.silver.events_arrow import EventTimes, FastCheck, fast_doc
+from spark_jobs.hot.windows import from_epoch_micros
+from spark_jobs.loadgen.clickstream import ClickstreamGenerator
+from spark_jobs.silver.clickstream_arrow import EventTimes, FastCheck, fast_doc
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def _ours() -> Prepare:
 def _ours_check_records() -> Prepare:
     import pyarrow as pa
 
-    from spark_jobs.silver.events_arrow import check_records
+    from spark_jobs.silver.clickstream_arrow import check_records
 
     fast = FastCheck()
 
@@ -343,7 +343,7 @@ CANDIDATES: tuple[Candidate, ...] = (
     Candidate("ours", None, "size check, fast_doc/parse_record, FastCheck.event_micros, check_record for a record it "
               "does not accept (check_records' per-record loop without the typed columns)",
               "yes: the reason code and the detail naming the field, as quarantine.events stores them", _ours),
-    Candidate("ours_check_records", None, "spark_jobs.silver.events_arrow.check_records over Arrow batches of "
+    Candidate("ours_check_records", None, "spark_jobs.silver.clickstream_arrow.check_records over Arrow batches of "
               f"{ARROW_BATCH:,} rows, typed columns included (what the stream's Python worker runs)",
               "yes (same as ours)", _ours_check_records),
     Candidate("jsonschema", "jsonschema", "the same envelope, then Draft202012Validator (uuid format checked) on the "

@@ -72,7 +72,7 @@ def raw_ceiling(settings: Settings, ranges: dict[int, tuple[int, int]],
     ``progress`` gets the records still to read after each fetch (a progress bar)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from spark_jobs.contracts.events import TOPIC
+    from spark_jobs.contracts.clickstream import TOPIC
 
     consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": f"_lake_bench_{time.time()}",
                          "enable.auto.commit": False, "fetch.max.bytes": 52428800,
@@ -116,7 +116,7 @@ def _rows_reading(spark: Any, table: str, ranges: dict[int, tuple[int, int]]) ->
 
 def _ledger_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
     """``ops.stream_events_ledger`` rows of the archive batches that read any offset in ``ranges``."""
-    from spark_jobs.streaming.events import LEDGER
+    from spark_jobs.streaming.archive import LEDGER
 
     return _rows_reading(spark, LEDGER, ranges)
 
@@ -185,7 +185,7 @@ def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
     from pyspark.sql import functions as F
 
     from spark_jobs.reconcile import in_ranges
-    from spark_jobs.streaming.events import SILVER
+    from spark_jobs.streaming.archive import SILVER
     from spark_jobs.streaming.hot import HOT_LEDGER
 
     silver = spark.table(SILVER).where(in_ranges(F.col("_partition"), F.col("_offset"), ranges) & ~F.col("_late"))
@@ -201,7 +201,7 @@ def freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[float]:
 def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> dict[str, Any]:
     """Wait until the restarted app begins its first batch (its log line), then :func:`cpu_snapshot` it: the
     JVM's start and the query's planning are left out, the whole catch-up is in."""
-    from spark_jobs.streaming.events import FIRST_BATCH_MARKER
+    from spark_jobs.streaming.archive import FIRST_BATCH_MARKER
 
     app_log = supervisor.log_path(settings, control.PROGRAM)
 

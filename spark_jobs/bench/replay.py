@@ -45,7 +45,7 @@ def bench_replay(settings: Settings, targets: Sequence[ReplayTarget], with_dq: b
     from spark_jobs.replay.build import in_range
     from spark_jobs.replay.run import EVENTS_LEDGER, ReplayConfig, Replayer
     from spark_jobs.stack.stream_control import SupervisedStream
-    from spark_jobs.streaming.events import LOG_BATCH_RECORDS
+    from spark_jobs.streaming.archive import LOG_BATCH_RECORDS
 
     out: dict[str, Any] = {"tables": {}}
     with jobs.one_replay(settings, "lake bench replay"):

@@ -98,7 +98,7 @@ def events_freshness(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[tup
     from pyspark.sql import functions as F
 
     from spark_jobs.reconcile import in_ranges
-    from spark_jobs.streaming.events import SILVER
+    from spark_jobs.streaming.archive import SILVER
     from spark_jobs.streaming.hot import HOT_LEDGER
 
     silver = spark.table(SILVER).where(in_ranges(F.col("_partition"), F.col("_offset"), ranges) & ~F.col("_late"))

@@ -14,7 +14,7 @@ import click
 
 from spark_jobs.cli import progress
 from spark_jobs.cli.base import ISO_DATE, LakeGroup, at_least, fail, json_option
-from spark_jobs.contracts.events import TOPIC
+from spark_jobs.contracts.clickstream import TOPIC
 from spark_jobs.loadgen.cdc.runner import DEFAULT_CONNECTIONS
 
 
@@ -83,7 +83,7 @@ def events(rate: float, duration: float, seed: int, late: float, dup: float, bad
     """Seeded clickstream to events.clickstream (late, duplicate, bad); exit 1 if a record was not delivered."""
     from spark_jobs.events_producer import EventProducer, ProducerError, ensure_topic
     from spark_jobs.kafka_topics import events_topic_config
-    from spark_jobs.loadgen.events import ClickstreamGenerator, LoadgenError, load_users, run, summary
+    from spark_jobs.loadgen.clickstream import ClickstreamGenerator, LoadgenError, load_users, run, summary
     from spark_jobs.settings import SettingsError, load_settings
 
     if users_from_db and users is not None:

@@ -1,4 +1,4 @@
-"""The clickstream schema flattened into per-field rules the Spark transform applies (:mod:`spark_jobs.silver.events`).
+"""The clickstream schema flattened into per-field rules the Spark transform applies (:mod:`spark_jobs.silver.clickstream`).
 
 Anything the transform would not apply raises :class:`ContractError`, so a
 schema change Spark would silently ignore fails loudly.
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs.contracts.events import ContractError, load_schema
+from spark_jobs.contracts.clickstream import ContractError, load_schema
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class FieldRule:
 
 @dataclass(frozen=True)
 class ContractRules:
-    """The schema flattened into what :mod:`spark_jobs.silver.events` applies."""
+    """The schema flattened into what :mod:`spark_jobs.silver.clickstream` applies."""
 
     fields: tuple[FieldRule, ...]
     additional_fields: bool

@@ -34,9 +34,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.contracts.events import silver_schema as events_silver_schema
+from spark_jobs.contracts.clickstream import silver_schema as events_silver_schema
 from spark_jobs.contracts.shop import CDC_TABLES, deleted_schema, silver_schema
-from spark_jobs.hot.events import HOT_VIEWS, hot_schema
+from spark_jobs.hot.windows import HOT_VIEWS, hot_schema
 
 #: Delta's auto compaction: a write that leaves ``spark.databricks.delta.autoCompact.minNumFiles`` (50) small
 #: files in the partitions it touched bin-packs them in the same job (history: OPTIMIZE, auto=true). Bounded by
@@ -164,7 +164,7 @@ TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
               AUTO_COMPACT, dq=DQ_LIVE, schema=events_silver_schema()),
     LakeTable("quarantine.events", "one row per rejected event (raw bytes, reason)", EVENTS_QUERY,
               ("topic", "partition", "offset"), (), AUTO_COMPACT),
-    # The hot tables as the speed layer defines them (name, window, metrics: spark_jobs.hot.events).
+    # The hot tables as the speed layer defines them (name, window, metrics: spark_jobs.hot.windows).
     *[LakeTable(view.table, f"one row per {view.minutes}-minute event-time window", HOT_DRIVER, ("window_start",),
                 (), HOT_PROPS, DRIVER_UPSERT, dq=DQ_LIVE, schema=hot_schema(view))
       for view in HOT_VIEWS],

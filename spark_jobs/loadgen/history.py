@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.contracts.events import TOPIC
+from spark_jobs.contracts.clickstream import TOPIC
 from spark_jobs.loadgen.history_plan import Change, HistoryPlan, id_range
 
 if TYPE_CHECKING:

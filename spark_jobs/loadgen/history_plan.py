@@ -37,7 +37,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from spark_jobs.contracts.events import SCHEMA_VERSION, format_event_time
+from spark_jobs.contracts.clickstream import SCHEMA_VERSION, format_event_time
 from spark_jobs.loadgen.cdc.rows import CITIES, COUNTRIES, NAMES, PRODUCT_NAMES, TIERS
 from spark_jobs.loadgen.history_model import (
     CENT,

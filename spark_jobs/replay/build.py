@@ -8,13 +8,13 @@ micro-batch:
   per key by source position, TOAST-filled, against the delete markers; the position-guarded MERGE; the delete
   markers appended). Over an empty shadow it builds the table; over a built one it applies a later range (the
   tail), exactly as the stream applies its next batch.
-* events (:func:`events_rows`): :func:`spark_jobs.silver.events.check_events` and
-  :func:`~spark_jobs.silver.events.valid_events`, ``_late`` from
-  :func:`spark_jobs.streaming.events_plan.late_flag`, the de-duplication by ``event_id`` over the same horizon
+* events (:func:`events_rows`): :func:`spark_jobs.silver.clickstream.check_events` and
+  :func:`~spark_jobs.silver.clickstream.valid_events`, ``_late`` from
+  :func:`spark_jobs.streaming.clickstream_plan.late_flag`, the de-duplication by ``event_id`` over the same horizon
   (:func:`unique_checked`), ``_batch_id`` from the events ledger's offset ranges.
-* hot (:func:`hot_rows`): :func:`spark_jobs.hot.events.batch_deltas` over every replayed event at once (each hot
+* hot (:func:`hot_rows`): :func:`spark_jobs.hot.windows.batch_deltas` over every replayed event at once (each hot
   metric is additive, so one batch of all events equals the stream's sum of batches); :func:`add_windows` adds
-  later events to existing windows (the Spark form of :func:`~spark_jobs.hot.events.apply_deltas`).
+  later events to existing windows (the Spark form of :func:`~spark_jobs.hot.windows.apply_deltas`).
 
 Ranges are Kafka offsets per partition (:data:`Offsets`, last offset included), never times: a build point is
 exact and the tail after it is exactly the records past it.
@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.hot.events import HotView, batch_deltas, hot_schema
+from spark_jobs.hot.windows import HotView, batch_deltas, hot_schema
 from spark_jobs.silver.cdc import parse_tables_frame, table_rows
-from spark_jobs.silver.events import check_events, valid_events
+from spark_jobs.silver.clickstream import check_events, valid_events
 from spark_jobs.table_io import append_to
 from spark_jobs.table_io.merge import apply_changes
 
@@ -151,10 +151,10 @@ def ledger_ranges(ledger: DataFrame) -> DataFrame:
 
 
 def unique_checked(checked: DataFrame, horizon_seconds: int, prior: DataFrame | None = None) -> DataFrame:
-    """:func:`~spark_jobs.silver.events.check_events` rows (with ``ingest_time``) -> the copies the stream keeps.
+    """:func:`~spark_jobs.silver.clickstream.check_events` rows (with ``ingest_time``) -> the copies the stream keeps.
 
     The stream drops a re-sent ``event_id`` that arrives within the de-duplication horizon of the copy it kept
-    (``LAKE_EVENTS_WATERMARK_MINUTES``, :func:`spark_jobs.streaming.events_plan.events_stream`); one sent again
+    (``LAKE_EVENTS_WATERMARK_MINUTES``, :func:`spark_jobs.streaming.clickstream_plan.events_stream`); one sent again
     after it is a new event. Here, per id in archive order (ingest time, partition, offset), a copy is kept when
     it is the first or arrives ``horizon_seconds`` or more after the last kept copy. ``prior``: ids already kept
     (``event_id``, ``_ingest_time``: rows of a built ``silver.events``) that the range continues. A reject is its
@@ -198,7 +198,7 @@ def events_rows(bronze: DataFrame, watermark_minutes: int, ranges: DataFrame | N
     """
     from pyspark.sql import functions as F
 
-    from spark_jobs.streaming.events_plan import late_flag
+    from spark_jobs.streaming.clickstream_plan import late_flag
 
     checked = check_events(bronze.select("key", "value", "topic", "partition", "offset", "kafka_timestamp",
                                          "ingest_time"), keep=["ingest_time"])
@@ -227,7 +227,7 @@ def _hot_frame(rows: DataFrame, view: HotView) -> DataFrame:
 
 def hot_rows(events: DataFrame, view: HotView, now: datetime, last_batch: int | None) -> DataFrame:
     """``silver.events`` rows (``event_type``, ``user_id``, ``event_time``, ``revenue``, ``_late``) -> the rows of
-    hot table ``view``: one per window, every event in one :func:`~spark_jobs.hot.events.batch_deltas` pass.
+    hot table ``view``: one per window, every event in one :func:`~spark_jobs.hot.windows.batch_deltas` pass.
     ``updated_at`` is ``now``, ``_last_batch`` the hot query's last batch the rows stand for."""
     from pyspark.sql import functions as F
 

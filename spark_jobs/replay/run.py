@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_jobs.hot.events import HOT_VIEWS
+from spark_jobs.hot.windows import HOT_VIEWS
 from spark_jobs.replay.build import (
     Offsets,
     add_windows,

@@ -7,7 +7,7 @@ tables the streaming app writes; a replay rebuilds those that are a function of 
   ``silver.<t>__deleted``, rebuilt beside it and switched with it);
 * ``silver.events``, from ``bronze.events__clickstream``;
 * the hot tables (``hot.*``), from the same replayed events (``metrics(hot) = aggregate(silver.events WHERE NOT
-  _late)``, :mod:`spark_jobs.hot.events`).
+  _late)``, :mod:`spark_jobs.hot.windows`).
 
 A shadow is ``replay.<db>__<table>`` (``replay.silver__orders``): a Delta table in the ``replay`` database at the
 canonical location of that name, so analysts can query it next to the live table before the switch.
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
+from spark_jobs.contracts.clickstream import TOPIC as EVENTS_TOPIC
 from spark_jobs.contracts.shop import CDC_TABLES
-from spark_jobs.hot.events import HOT_VIEWS
+from spark_jobs.hot.windows import HOT_VIEWS
 
 CDC, EVENTS, HOT = "cdc", "events", "hot"
 REPLAY_DB = "replay"

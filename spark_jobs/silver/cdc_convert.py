@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_jobs.hot.events import epoch_micros
+from spark_jobs.hot.windows import epoch_micros
 
 _INT_RANGES = {pa.int8(): 2**7, pa.int16(): 2**15, pa.int32(): 2**31, pa.int64(): 2**63}
 

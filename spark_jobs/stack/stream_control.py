@@ -64,8 +64,8 @@ def report(settings: Settings) -> dict[str, Any]:
             "newest_change": newest,
             "newest_change_age_s": round((now - datetime.fromisoformat(newest)).total_seconds(), 1) if newest else None,
         }
-    from spark_jobs.contracts.events import TOPIC
-    from spark_jobs.streaming.events import SILVER, events_status_path
+    from spark_jobs.contracts.clickstream import TOPIC
+    from spark_jobs.streaming.archive import SILVER, events_status_path
 
     ev = read_json(events_status_path(settings)) or {}
     ev_done = ev.get("offsets", {})

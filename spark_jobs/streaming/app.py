@@ -4,7 +4,7 @@
   -> ``silver.<table>`` (CDC MERGE) + ``quarantine.cdc``;
 * ``lake_events_hot`` (``spark_jobs.streaming.hot``): ``events.clickstream`` -> ``hot.*`` windows +
   ``ops.stream_hot_ledger``: one Spark job and a driver commit per batch, in the ``hot`` scheduler pool;
-* ``lake_events`` (``spark_jobs.streaming.events``): ``events.clickstream`` ->
+* ``lake_events`` (``spark_jobs.streaming.archive``): ``events.clickstream`` ->
   ``bronze.events__clickstream`` + ``silver.events`` + ``quarantine.events`` + ``ops.stream_events_ledger``,
   in the ``archive`` pool.
 
@@ -70,7 +70,8 @@ def query_names(settings: Settings) -> list[str]:
 def _run(settings: Settings) -> int:
     from spark_jobs.jars import build_java_classes, spark_extra_jars, stream_jar
     from spark_jobs.session import build_session, stream_ports_conf
-    from spark_jobs.streaming import cdc, events, hot
+    from spark_jobs.streaming import archive as events
+    from spark_jobs.streaming import cdc, hot
     from spark_jobs.streaming.engine import stream_conf
 
     build_java_classes(settings)  # done by `lake stack up`; a check here (the jar holds the events' dedup operator)

@@ -63,7 +63,7 @@ def bronze_schema() -> StructType:
     """A Kafka record's columns as the source gives them (``timestamp`` renamed), then when and which day it landed."""
     from pyspark.sql.types import DateType, StructField, StructType, TimestampType
 
-    from spark_jobs.silver.events import RAW_FIELDS
+    from spark_jobs.silver.clickstream import RAW_FIELDS
 
     return StructType([*RAW_FIELDS, StructField("ingest_time", TimestampType()), StructField("ingest_date", DateType())])
 

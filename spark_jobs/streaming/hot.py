@@ -7,10 +7,10 @@ cores before the archive and CDC pools whenever both wait. Per micro-batch:
 1. **one Spark job** (:func:`.events_plan.hot_stream` up to ``foreachBatch``): read the Kafka range once, check
    the contract on the executors (only the window fields come back from the Python workers), de-duplicate by
    ``event_id`` in the state store (the same horizon as the archive query), and aggregate the batch per hot
-   window (:func:`spark_jobs.hot.events.batch_deltas`); only these few rows reach the driver, which meanwhile
+   window (:func:`spark_jobs.hot.windows.batch_deltas`); only these few rows reach the driver, which meanwhile
    reads the batch's offsets from the query's offset log (:func:`.common.batch_offsets`);
 2. **the driver commits** the changed windows of the three hot tables side by side (delta-rs MERGE of a few rows
-   each, read back + deltas, :func:`spark_jobs.hot.events.apply_deltas`), then the batch's row of
+   each, read back + deltas, :func:`spark_jobs.hot.windows.apply_deltas`), then the batch's row of
    ``ops.stream_hot_ledger`` (offsets, commit time, step seconds, Spark jobs, Delta commits).
 
 Late data: ``_late`` is the record's own property (:func:`.events_plan.late_flag`: it reached Kafka more than
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from spark_jobs.contracts.events import TOPIC
-from spark_jobs.hot.events import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
+from spark_jobs.contracts.clickstream import TOPIC
+from spark_jobs.hot.windows import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
 from spark_jobs.settings import Settings
+from spark_jobs.streaming.clickstream_plan import hot_stream
 from spark_jobs.streaming.common import batch_offsets, last_trigger_ms, log_batch, query_id, read_json, write_json_atomic
 from spark_jobs.streaming.engine import HOT, BatchJobs
-from spark_jobs.streaming.events_plan import hot_stream
 from spark_jobs.table_io import checkpoint_location, ensure_database
 from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import DriverTable
@@ -194,8 +194,8 @@ def _utc(value: datetime) -> datetime:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the hot tables, then start ``lake_events_hot`` in the ``hot`` pool."""
+    from spark_jobs.streaming.archive import start_on_topic
     from spark_jobs.streaming.common import require_topic
-    from spark_jobs.streaming.events import start_on_topic
 
     require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
     app = HotApp(spark, settings)

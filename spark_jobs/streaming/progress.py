@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from spark_jobs import kafka_auth
-from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
+from spark_jobs.contracts.clickstream import TOPIC as EVENTS_TOPIC
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import read_json, status_path
@@ -12,7 +12,7 @@ from spark_jobs.streaming.common import read_json, status_path
 
 def input_topics(settings: Settings) -> list[str]:
     """The Kafka topics the configured queries consume."""
-    from spark_jobs.contracts.events import TOPIC
+    from spark_jobs.contracts.clickstream import TOPIC
 
     topics = list(CDC_TABLES) if "cdc" in settings.stream_query_list else []
     return topics + ([TOPIC] if "events" in settings.stream_query_list else [])
@@ -21,7 +21,7 @@ def input_topics(settings: Settings) -> list[str]:
 def processed_offsets(settings: Settings) -> dict[str, int]:
     """Last processed offset per ``topic:partition``, from every query's progress file: for the events topic,
     the lower of the archive's and the hot query's (both must hold a record for it to count as processed)."""
-    from spark_jobs.streaming.events import events_status_path
+    from spark_jobs.streaming.archive import events_status_path
     from spark_jobs.streaming.hot import hot_status_path
 
     files = [read_json(path) or {} for path in (status_path(settings), events_status_path(settings))]

@@ -93,7 +93,7 @@ def _silver_rows(settings: Settings, keys: list[int]) -> dict[int, dict[str, Any
 
 
 def _micros(value: Any) -> Any:
-    from spark_jobs.hot.events import epoch_micros
+    from spark_jobs.hot.windows import epoch_micros
 
     return epoch_micros(value) if isinstance(value, datetime) else value
 

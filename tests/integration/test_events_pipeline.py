@@ -84,7 +84,7 @@ def test_bad_records_land_in_quarantine_with_reason_and_coordinates(events: Sett
         "max(length(value)) AS longest FROM quarantine.events GROUP BY reason ORDER BY reason")}
     assert {"not_json", "wrong_type", "missing_field", "oversized"} <= set(rows), rows
     assert all(r["n"] > 0 and r["first_offset"] >= 0 for r in rows.values())
-    from spark_jobs.contracts.events import MAX_EVENT_BYTES
+    from spark_jobs.contracts.clickstream import MAX_EVENT_BYTES
 
     assert rows["oversized"]["longest"] > MAX_EVENT_BYTES  # the raw bytes are kept whole
 
@@ -148,7 +148,7 @@ def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_o
     not committed its offsets; the hot query has committed the same records in its own batches): SIGKILL exactly
     then. The next start re-runs the batch from the checkpoint: the appends land, once, and the hot tables still
     equal silver (their batches are skipped where they landed)."""
-    from spark_jobs.streaming.events import HOLD_BEFORE_APPEND_FAILPOINT
+    from spark_jobs.streaming.archive import HOLD_BEFORE_APPEND_FAILPOINT
 
     _kill_at_failpoint(events, HOLD_BEFORE_APPEND_FAILPOINT, b"holding before the appends", "append-gap", 404)
 
@@ -158,7 +158,7 @@ def test_driver_killed_after_the_ledger_before_the_offsets_commit_replays_the_ba
     The next start replays it from the checkpoint, writes nothing for it, and still runs its plan, so its
     de-duplication state commits: the restarted app keeps running (it once failed Spark's state-store commit
     check there and crashed) and the ledger balances."""
-    from spark_jobs.streaming.events import HOLD_AFTER_LEDGER_FAILPOINT
+    from spark_jobs.streaming.archive import HOLD_AFTER_LEDGER_FAILPOINT
 
     log = events.log_dir / "stream.log"
     log_start = log.stat().st_size if log.exists() else 0

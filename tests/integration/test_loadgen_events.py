@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from spark_jobs import kafka_auth
-from spark_jobs.contracts.events import check_record, parse_event_time
-from spark_jobs.loadgen.events import BAD_KINDS, LATE_SPLIT_S, event_ids_digest
+from spark_jobs.contracts.clickstream import check_record, parse_event_time
+from spark_jobs.loadgen.clickstream import BAD_KINDS, LATE_SPLIT_S, event_ids_digest
 from spark_jobs.settings import Settings, load_settings
 from tests.integration.lakehelpers import lake_output_dir, run_lake
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from spark_jobs import kafka_auth
-from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
+from spark_jobs.contracts.clickstream import TOPIC as EVENTS_TOPIC
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.loadgen.cdc.runner import run as run_loadgen
 from spark_jobs.settings import Settings

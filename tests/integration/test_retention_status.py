@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.contracts.events import TOPIC
+from spark_jobs.contracts.clickstream import TOPIC
 from spark_jobs.settings import Settings
 from tests.integration.lakehelpers import run_lake, wait_stream
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from spark_jobs import kafka_auth
-from spark_jobs.contracts.events import TOPIC as EVENTS_TOPIC
+from spark_jobs.contracts.clickstream import TOPIC as EVENTS_TOPIC
 from spark_jobs.settings import Settings
 from tests.integration.lakehelpers import beeline, wait_until
 

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     INVALID_VALUE,
     MAX_EVENT_BYTES,
     MISSING_FIELD,
@@ -16,7 +16,7 @@ from spark_jobs.contracts.events import (
     WRONG_TYPE,
     check_record,
 )
-from spark_jobs.loadgen.events import ClickstreamGenerator
+from spark_jobs.loadgen.clickstream import ClickstreamGenerator
 
 KAFKA_TS = datetime(2026, 11, 22, 5, 0, 0, 250_000, tzinfo=UTC)
 EVENT_ID = "0b8e7f0e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"

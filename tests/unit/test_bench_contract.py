@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from spark_jobs.bench import contract
-from spark_jobs.loadgen.events import BAD_KINDS
+from spark_jobs.loadgen.clickstream import BAD_KINDS
 
 N = 2_000
 

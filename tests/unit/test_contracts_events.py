@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     EVENT_TYPES,
     INVALID_VALUE,
     MISSING_FIELD,

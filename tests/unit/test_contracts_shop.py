@@ -137,12 +137,13 @@ def test_history_plan_writes_only_contract_tables_and_columns() -> None:
 
 def test_every_table_the_code_writes_is_in_the_registry_once() -> None:
     from spark_jobs.contracts.tables import TABLES, lake_table
-    from spark_jobs.hot.events import HOT_VIEWS
+    from spark_jobs.hot.windows import HOT_VIEWS
     from spark_jobs.jobs import gold, smoke
     from spark_jobs.quality.store import RESULTS_TABLE, quarantine_table
     from spark_jobs.replay.targets import REPLAYS
     from spark_jobs.serving.watermark import WATERMARK_TABLE
-    from spark_jobs.streaming import cdc, events, hot
+    from spark_jobs.streaming import archive as events
+    from spark_jobs.streaming import cdc, hot
 
     written = {events.BRONZE, events.SILVER, events.QUARANTINE, events.LEDGER, hot.HOT_LEDGER, cdc.QUARANTINE,
                RESULTS_TABLE, WATERMARK_TABLE, REPLAYS,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.contracts.events import TOPIC, event_errors
+from spark_jobs.contracts.clickstream import TOPIC, event_errors
 from spark_jobs.events_producer import EventProducer, InvalidEventError, ProducerError, make_event, serialize
 
 BOOTSTRAP = "broker-a:9092,broker-b:9092"

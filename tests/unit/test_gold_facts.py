@@ -20,7 +20,7 @@ from pyspark.sql.types import (
 )
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.contracts.events import EVENT_TYPES
+from spark_jobs.contracts.clickstream import EVENT_TYPES
 from spark_jobs.contracts.shop import ORDER_ITEMS, ORDERS
 from spark_jobs.gold.facts import FUNNEL_STEPS, fct_daily_funnel, fct_daily_sales, fct_orders
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.hot.events import (
+from spark_jobs.hot.windows import (
     ACTIVE_USERS_5M,
     FUNNEL_15M,
     HOT_VIEWS,
@@ -115,7 +115,7 @@ def test_batch_deltas_have_one_row_per_view_and_window_with_only_their_metrics(s
 def test_the_independent_sql_of_lake_reconcile_agrees_with_the_stream_aggregation(spark: Any, view: Any) -> None:
     """``lake reconcile events`` checks the hot tables with SQL written apart from the stream's DataFrame code
     (spark_jobs.reconcile.expected_windows_sql): both give the same windows on the same events, edges included."""
-    from spark_jobs.hot.events import comparable
+    from spark_jobs.hot.windows import comparable
     from spark_jobs.reconcile import expected_windows_sql
 
     _events(spark, ROWS).createOrReplaceTempView("_hot_rows")

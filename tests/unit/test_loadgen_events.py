@@ -10,14 +10,14 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     EVENT_TYPES,
     check_record,
     event_errors,
     parse_event_time,
 )
 from spark_jobs.events_producer import FLUSH_MARGIN_S
-from spark_jobs.loadgen.events import (
+from spark_jobs.loadgen.clickstream import (
     BAD_KINDS,
     DUPLICATE,
     LATE,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spark_jobs import cli
-from spark_jobs.contracts.events import check_record, parse_event_time
+from spark_jobs.contracts.clickstream import check_record, parse_event_time
 from spark_jobs.events_producer import EventProducer, serialize
 from spark_jobs.loadgen import history
 from spark_jobs.loadgen.history_plan import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.hot.events import SALES_PER_MINUTE, hot_schema
+from spark_jobs.hot.windows import SALES_PER_MINUTE, hot_schema
 from spark_jobs.replay.build import events_rows, unique_checked
 from spark_jobs.replay.run import Lake, ReplayConfig, Replayer, ReplayError, ReplayReport
 from spark_jobs.replay.targets import EVENTS_SILVER, TARGETS, ReplayTarget, ReplayTargetError, resolve
@@ -367,7 +367,7 @@ def _events_bronze(world: World) -> None:
 
 
 def test_events_dedup_keeps_first_copy_and_a_resend_after_the_horizon(world: World) -> None:
-    from spark_jobs.silver.events import check_events
+    from spark_jobs.silver.clickstream import check_events
 
     _events_bronze(world)
     checked = check_events(world.read("bronze.events__clickstream"), keep=["ingest_time"])

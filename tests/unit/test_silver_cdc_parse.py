@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_jobs.hot.events import from_epoch_micros
+from spark_jobs.hot.windows import from_epoch_micros
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, added_columns
 from spark_jobs.silver.cdc_parse import TOO_DEEP, Change, Parsed, parse_batches, parse_output_schema, parse_records
 from tests.unit.cdc_records import KAFKA_TS, KEYS, ORDERS, ROWS, TOPIC, UTC_US, Record, change, key_bytes, raw, row, tombstone

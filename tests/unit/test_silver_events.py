@@ -13,14 +13,14 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     INVALID_VALUE,
     NOT_JSON,
     TOPIC,
     check_record,
 )
-from spark_jobs.loadgen.events import BAD_KINDS
-from spark_jobs.silver.events import REJECT_SCHEMA, parse_events
+from spark_jobs.loadgen.clickstream import BAD_KINDS
+from spark_jobs.silver.clickstream import REJECT_SCHEMA, parse_events
 from tests.unit.event_records import (
     EDGE_CASES,
     EVENT_ID,

@@ -1,4 +1,4 @@
-"""The executors' parse (silver/events_arrow.py, run by mapInArrow): same verdicts as the contract validator."""
+"""The executors' parse (silver/clickstream_arrow.py, run by mapInArrow): same verdicts as the contract validator."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_jobs.contracts.events import TOPIC, check_record, parse_event_time, parse_record
-from spark_jobs.hot.events import epoch_micros
-from spark_jobs.silver.events_arrow import (
+from spark_jobs.contracts.clickstream import TOPIC, check_record, parse_event_time, parse_record
+from spark_jobs.hot.windows import epoch_micros
+from spark_jobs.silver.clickstream_arrow import (
     EventTimes,
     FastCheck,
     check_records,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.streaming.events import STATE_STORE_CONF
-from spark_jobs.streaming.events_plan import batch_stats, events_stream, late_flag
+from spark_jobs.streaming.archive import STATE_STORE_CONF
+from spark_jobs.streaming.clickstream_plan import batch_stats, events_stream, late_flag
 
 KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 T0 = datetime(2026, 11, 22, 5, 0, 0, tzinfo=UTC)
@@ -139,7 +139,7 @@ def test_the_hot_plan_carries_narrow_unique_valid_events_only(spark: Any, state_
                                                                tmp_path: Path) -> None:
     """The hot query's plan (events_plan.hot_stream): one scan of the source (no second branch), valid events
     once (a re-send in a later batch dropped by the state store), no raw bytes and no rejects."""
-    from spark_jobs.streaming.events_plan import hot_stream
+    from spark_jobs.streaming.clickstream_plan import hot_stream
 
     inbox = tmp_path / "in"
     inbox.mkdir()
@@ -209,8 +209,8 @@ def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark:
 
 
 def test_an_events_checkpoint_of_another_plan_is_refused_with_the_fix(spark: Any, tmp_path: Path) -> None:
-    from spark_jobs.streaming.events import require_plan
-    from spark_jobs.streaming.events_plan import PLAN_VERSION
+    from spark_jobs.streaming.archive import require_plan
+    from spark_jobs.streaming.clickstream_plan import PLAN_VERSION
 
     fresh = tmp_path / "fresh"
     require_plan(spark, str(fresh), "lake_events_hot")

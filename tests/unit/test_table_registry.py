@@ -173,7 +173,7 @@ def test_every_gold_transform_returns_its_declared_schema(spark: Any) -> None:
 
 
 def test_silver_events_is_created_as_the_check_outputs_it(spark: Any) -> None:
-    from spark_jobs.silver.events import checked_schema, valid_events
+    from spark_jobs.silver.clickstream import checked_schema, valid_events
     from spark_jobs.streaming.common import bronze_schema
 
     empty = spark.createDataFrame([], StructType([*checked_schema().fields,

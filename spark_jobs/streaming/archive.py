@@ -6,7 +6,7 @@ runs in Spark tasks; the driver plans, commits and keeps a few values (the last 
 ``lake stream status``).
 
 The plan up to ``foreachBatch`` (one Kafka read per micro-batch, raw and
-checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.events_plan`.
+checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.clickstream_plan`.
 
 **Each micro-batch** (``foreachBatch``, :meth:`EventsApp.process`), on the
 persisted batch:
@@ -15,7 +15,7 @@ persisted batch:
    writes) and counts it per Kafka partition (received, offsets, unique valid,
    rejects, late, newest Kafka time); only these rows reach the driver;
 2. ``_late``: an event that reached Kafka more than ``LAKE_EVENTS_WATERMARK_MINUTES``
-   after its event time (:func:`~spark_jobs.streaming.events_plan.late_flag`,
+   after its event time (:func:`~spark_jobs.streaming.clickstream_plan.late_flag`,
    the same rule the hot query applies) is kept in silver, flagged;
 3. Spark appends bronze (every record), silver (the unique valid events) and
    quarantine (rejects with raw bytes, reason, detail, coordinates), side by
@@ -46,9 +46,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.contracts.events import TOPIC
+from spark_jobs.contracts.clickstream import TOPIC
 from spark_jobs.settings import Settings
-from spark_jobs.silver.events import valid_events
+from spark_jobs.silver.clickstream import valid_events
+from spark_jobs.streaming.clickstream_plan import CHECKED, RAW, batch_stats, events_stream, late_flag
 from spark_jobs.streaming.common import (
     bronze_schema,
     ensure_log_output,
@@ -60,7 +61,6 @@ from spark_jobs.streaming.common import (
     write_json_atomic,
 )
 from spark_jobs.streaming.engine import ARCHIVE, BatchJobs
-from spark_jobs.streaming.events_plan import CHECKED, RAW, batch_stats, events_stream, late_flag
 from spark_jobs.table_io import ensure_database
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
@@ -127,7 +127,7 @@ class EventsApp:
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
 
     def ensure_tables(self) -> None:
-        from spark_jobs.contracts.events import silver_schema
+        from spark_jobs.contracts.clickstream import silver_schema
 
         for db in ("bronze", "silver", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
@@ -346,8 +346,8 @@ def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Ca
 def require_plan(spark: SparkSession, checkpoint: str, query: str) -> None:
     """Refuse a checkpoint that another plan's stateful operator wrote (Spark cannot resume it: the query would
     fail on every restart); stamp a new checkpoint with :data:`~.events_plan.PLAN_VERSION`."""
+    from spark_jobs.streaming.clickstream_plan import PLAN_VERSION
     from spark_jobs.streaming.common import read_checkpoint_file, write_checkpoint_file
-    from spark_jobs.streaming.events_plan import PLAN_VERSION
 
     marker = f"{checkpoint}/lake-plan"
     found = read_checkpoint_file(spark, marker)

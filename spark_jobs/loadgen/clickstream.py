@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     EVENT_TYPES,
     MAX_EVENT_BYTES,
     MISSING_FIELD,

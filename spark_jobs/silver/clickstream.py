@@ -1,8 +1,8 @@
 """Clickstream records (Kafka or bronze rows) -> validated, typed events + rejects, in Spark tasks.
 
 The contract is applied once, by one implementation: the Python classifier of
-:mod:`spark_jobs.silver.events_arrow` (the contract's JSON Schema compiled into
-straight-line checks, with :func:`spark_jobs.contracts.events.check_record`
+:mod:`spark_jobs.silver.clickstream_arrow` (the contract's JSON Schema compiled into
+straight-line checks, with :func:`spark_jobs.contracts.clickstream.check_record`
 giving the reason and detail of every reject), run on the executors through
 ``mapInArrow``: each task classifies its own Arrow batches, nothing reaches the
 driver. The executors therefore need the same Python packages as the driver
@@ -34,7 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.contracts.events import PROPERTY_COLUMNS
+from spark_jobs.contracts.clickstream import PROPERTY_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,7 +86,7 @@ def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = (),
     only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged."""
     import pyarrow as pa
 
-    from spark_jobs.silver.events_arrow import FastCheck, check_records
+    from spark_jobs.silver.clickstream_arrow import FastCheck, check_records
 
     fast = FastCheck()
     for batch in batches:
@@ -107,7 +107,7 @@ def check_events(records: DataFrame, keep: Sequence[str] = (), columns: Sequence
     long and ``kafka_timestamp`` (or the Kafka source's ``timestamp``), plus
     the ``keep`` columns, carried to the end unchanged; other columns are
     dropped. Grain: one row per record. ``_reason`` is NULL for a valid
-    record, else one code of ``spark_jobs.contracts.events.REASONS``, with
+    record, else one code of ``spark_jobs.contracts.clickstream.REASONS``, with
     ``_error`` naming the field. Works on streaming frames too (no state).
     ``columns`` narrows the output to those of ``checked_schema`` (the hot query takes five fields and the
     verdict: less to hand back from the Python workers).

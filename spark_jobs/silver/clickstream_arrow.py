@@ -1,14 +1,14 @@
 """Clickstream records -> checked rows on Arrow: the contract as Python, run in Spark's Python workers.
 
-:func:`spark_jobs.silver.events.check_events` runs :func:`check_records` on
+:func:`spark_jobs.silver.clickstream.check_events` runs :func:`check_records` on
 the executors (``mapInArrow``), batch by batch:
 
 * :class:`FastCheck` is the contract compiled into one generated Python
   function (types, enums, patterns, lengths, ranges, the event-time rules)
-  over the strict JSON parse of :func:`spark_jobs.contracts.events.parse_record`
+  over the strict JSON parse of :func:`spark_jobs.contracts.clickstream.parse_record`
   (or orjson's, where :func:`fast_doc` shows it is the same). It only ever
   *accepts*; a record it does not accept goes to
-  :func:`spark_jobs.contracts.events.check_record` (the JSON Schema validator),
+  :func:`spark_jobs.contracts.clickstream.check_record` (the JSON Schema validator),
   which gives the reason code and the detail, and also has the last word: the
   valid records are exactly the ones ``check_record`` accepts.
 * The typed columns of a valid record are those of ``silver.events``.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from spark_jobs.arrow_to_python import py_values
-from spark_jobs.contracts.events import (
+from spark_jobs.contracts.clickstream import (
     EVENT_TIME_RE,
     INT64_MAX,
     INT64_MIN,
@@ -41,7 +41,7 @@ from spark_jobs.contracts.events import (
     parse_record,
 )
 from spark_jobs.contracts.events_rules import ContractRules, FieldRule, field_rules
-from spark_jobs.hot.events import epoch_micros, from_epoch_micros
+from spark_jobs.hot.windows import epoch_micros, from_epoch_micros
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -227,7 +227,7 @@ def check_records(raw: pa.Table, rules: ContractRules | None = None, fast: FastC
     parse results appended.
 
     Appended columns (as the Spark ``check_events``): ``_reason`` (NULL when
-    valid, else a reason code of ``spark_jobs.contracts.events.REASONS``),
+    valid, else a reason code of ``spark_jobs.contracts.clickstream.REASONS``),
     ``_error`` (the detail naming the field), and for valid rows ``_event_id``,
     ``_event_type``, ``_user_id`` int64, ``_session_id``, ``_event_time``
     timestamp[us, UTC], ``_event_date`` date32 (its UTC date), ``_properties``

@@ -4,7 +4,7 @@ The JSON Schema (draft 2020-12) in ``events/clickstream.schema.json`` is the
 single source of truth. The producer (:mod:`spark_jobs.events_producer`)
 validates with it before sending; the streaming app classifies with
 :func:`check_record`, behind the compiled fast checks of
-:mod:`spark_jobs.silver.events_arrow`; :mod:`spark_jobs.silver.events` applies
+:mod:`spark_jobs.silver.clickstream_arrow`; :mod:`spark_jobs.silver.clickstream` applies
 the same rules as Spark SQL expressions (``lake reconcile events``), reading
 patterns, enums and limits from :func:`spark_jobs.contracts.events_rules.field_rules`
 so they cannot drift apart;
@@ -284,7 +284,7 @@ PROPERTY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 def silver_schema() -> StructType:
     """``silver.events`` as created (every column nullable): the checked event's columns
-    (:func:`spark_jobs.silver.events.valid_events`; a unit test holds the two equal), the Kafka position, ingest time,
+    (:func:`spark_jobs.silver.clickstream.valid_events`; a unit test holds the two equal), the Kafka position, ingest time,
     the late flag and the batch that wrote it."""
     from pyspark.sql.types import (
         BooleanType,

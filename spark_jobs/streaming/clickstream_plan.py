@@ -1,14 +1,14 @@
 """The events query's plan up to ``foreachBatch``: raw rows, checked and de-duplicated rows, per-batch stats.
 
 Pure DataFrame -> DataFrame functions (the per-record work runs in Spark tasks);
-:mod:`spark_jobs.streaming.events` runs them and writes the tables.
+:mod:`spark_jobs.streaming.archive` runs them and writes the tables.
 
 One streaming query, one Kafka read per micro-batch shared by two branches:
 
 * *raw*: every record as Kafka gave it (key, value, coordinates, timestamp):
   what bronze keeps and what the ledger counts;
 * *checked*: the contract applied on the executors
-  (:func:`spark_jobs.silver.events.check_events`, ``mapInArrow``), then
+  (:func:`spark_jobs.silver.clickstream.check_events`, ``mapInArrow``), then
   de-duplicated by ``event_id`` in Spark's state store (:func:`first_seen`,
   RocksDB provider): a re-send is dropped if it arrives within
   ``LAKE_EVENTS_WATERMARK_MINUTES`` of the first copy (processing time), and
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.silver.events import check_events
+from spark_jobs.silver.clickstream import check_events
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-#: What the events queries' checkpoints were built with (:func:`spark_jobs.streaming.events.start_on_topic`
+#: What the events queries' checkpoints were built with (:func:`spark_jobs.streaming.archive.start_on_topic`
 #: refuses a checkpoint of another plan: Spark cannot resume a different stateful operator's state).
 PLAN_VERSION = "first_seen/transformWithState-ttl/1"
 
@@ -58,7 +58,7 @@ def events_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
 
     Out: the raw rows (``_kind`` = "raw": key, value, topic, partition, offset,
     kafka_timestamp) and the checked, de-duplicated rows (``_kind`` = "checked":
-    :func:`~spark_jobs.silver.events.checked_schema`, key and value only for
+    :func:`~spark_jobs.silver.clickstream.checked_schema`, key and value only for
     rejects), both with ``_ingest_time`` (the batch's timestamp).
     """
     from pyspark.sql import functions as F
