@@ -57,7 +57,7 @@ step "backfilling gold for $first .. $last through Airflow (POST /api/v2/backfil
 
 step "unpausing lake_dq_streaming (data-quality checks of silver and hot tables every 10 minutes)"
 "$PY" - <<'PY'
-from spark_jobs.airflow_api import AirflowClient
+from spark_jobs.stack.airflow_api import AirflowClient
 from spark_jobs.settings import load_settings
 
 client = AirflowClient(load_settings())

@@ -72,10 +72,10 @@ def bench(days: int, end: date | None, repeat: int, skip_backfill: bool, scales:
     ``progress`` gets the number of scales compared after each (a progress bar)."""
     import duckdb
 
-    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
     from spark_jobs.gold.facts import fct_daily_sales, fct_orders
     from spark_jobs.session import connect_session
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient
 
     end_day = end or datetime.now(UTC).date()
     first = end_day - timedelta(days=days)

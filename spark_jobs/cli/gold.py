@@ -7,9 +7,9 @@ from datetime import date, timedelta
 
 import click
 
-from spark_jobs.airflow_api import REPROCESS
 from spark_jobs.cli import progress
 from spark_jobs.cli.base import ISO_DATE, LakeGroup, comma_list, fail
+from spark_jobs.stack.airflow_api import REPROCESS
 
 
 @click.group("gold", cls=LakeGroup)
@@ -60,8 +60,8 @@ def build(start: str, end: str | None, tables: str | None) -> int:
 @click.option("--timeout", type=float, default=1800, show_default=True, help="seconds to wait for every day")
 def backfill(start: date, end: date, reprocess: str, max_active_runs: int, timeout: float) -> int:
     """Backfill lake_gold_daily through Airflow's REST API (the runs show in the UI) and wait for them."""
-    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient, AirflowError
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient, AirflowError
 
     prog = "lake gold backfill"
     if end < start:

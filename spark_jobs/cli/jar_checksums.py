@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from spark_jobs import jar_checksums
+from spark_jobs.stack import jar_checksums
 
 GROUPS = ("kafka", "debezium", "spark")
 _DIR = click.Path(exists=True, file_okay=False, path_type=Path)

@@ -81,9 +81,9 @@ def _check_writable(path: Path) -> None:
 def events(rate: float, duration: float, seed: int, late: float, dup: float, bad: float, manifest: Path | None,
            users_from_db: bool, users: int | None, topic: str, partitions: int) -> int:
     """Seeded clickstream to events.clickstream (late, duplicate, bad); exit 1 if a record was not delivered."""
-    from spark_jobs.events_producer import EventProducer, ProducerError, ensure_topic
     from spark_jobs.kafka_topics import events_topic_config
     from spark_jobs.loadgen.clickstream import ClickstreamGenerator, LoadgenError, load_users, run, summary
+    from spark_jobs.loadgen.producer import EventProducer, ProducerError, ensure_topic
     from spark_jobs.settings import SettingsError, load_settings
 
     if users_from_db and users is not None:
@@ -132,9 +132,9 @@ def events(rate: float, duration: float, seed: int, late: float, dup: float, bad
 def history(days: int, seed: int, orders_per_day: int, events_per_day: int, end_date: date | None, dry_run: bool,
             as_json: bool) -> int:
     """Seeded past N days of the shop: PostgreSQL rows and clickstream events."""
-    from spark_jobs.events_producer import InvalidEventError, ProducerError
     from spark_jobs.loadgen.history import HistoryError, destination, format_summary, summary, write_history
     from spark_jobs.loadgen.history_plan import PlanError, plan_history
+    from spark_jobs.loadgen.producer import InvalidEventError, ProducerError
     from spark_jobs.settings import SettingsError, load_settings
 
     today = datetime.now(UTC).date()

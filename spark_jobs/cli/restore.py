@@ -29,9 +29,9 @@ def restore_path(target: str, at_text: str, dry_run: bool) -> int:
     """Restore every object under TARGET (a table name like ops.smoke, or an s3a://lake/... path) to its version
     at --at: versions written by then are copied back, objects created later get a delete marker. Old versions
     are kept LAKE_S3_NONCURRENT_DAYS days. Stop the table's writer first (docs/operations.md, Versioning and restore)."""
-    from spark_jobs import s3_restore
     from spark_jobs.cli.base import fail
     from spark_jobs.settings import load_settings
+    from spark_jobs.stack import s3_restore
 
     at = parse_time(at_text)
     try:

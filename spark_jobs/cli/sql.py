@@ -16,7 +16,7 @@ from spark_jobs.cli.base import LakeCommand
 def sql(execute: str | None, fmt: str, local: bool) -> int:
     """Run Spark SQL against the shared catalog; exit 1 if a statement failed."""
     from spark_jobs import logs
-    from spark_jobs import sql as shell
+    from spark_jobs.cli import sql_shell as shell
 
     logs.progress_to_stderr()  # stdout is the rows (csv, json lines): nothing else goes there
     return shell.run(execute, fmt, local=local)

@@ -53,7 +53,7 @@ from spark_jobs.contracts.clickstream import (
 )
 
 if TYPE_CHECKING:
-    from spark_jobs.events_producer import EventProducer
+    from spark_jobs.loadgen.producer import EventProducer
     from spark_jobs.settings import Settings
 
 BAD_KINDS = (NOT_JSON, WRONG_TYPE, MISSING_FIELD, OVERSIZED)
@@ -348,7 +348,7 @@ def run(producer: EventProducer, generator: ClickstreamGenerator, *, rate: float
     """Produce ``round(rate * duration)`` records evenly paced at ``rate``/s; return the manifest.
 
     ``flush_timeout`` None: the final flush waits as the producer's own default (its delivery timeout plus
-    :data:`~spark_jobs.events_producer.FLUSH_MARGIN_S`)."""
+    :data:`~spark_jobs.loadgen.producer.FLUSH_MARGIN_S`)."""
     if rate <= 0 or duration <= 0:
         raise ValueError(f"--rate and --duration must be > 0, got {rate:g} and {duration:g}")
     total = max(1, round(rate * duration))

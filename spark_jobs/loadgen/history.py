@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from psycopg2.extensions import connection as PgConnection
     from psycopg2.extensions import cursor as PgCursor
 
-    from spark_jobs.events_producer import EventProducer
+    from spark_jobs.loadgen.producer import EventProducer
     from spark_jobs.settings import Settings
 
 COMMIT_EVERY = 1000  # statements per commit (whole planned transactions only)
@@ -131,8 +131,8 @@ def write_history(plan: HistoryPlan, settings: Settings, *, conn: PgConnection |
     """
     import psycopg2
 
-    from spark_jobs.events_producer import EventProducer, ensure_topic
     from spark_jobs.kafka_topics import events_topic_config
+    from spark_jobs.loadgen.producer import EventProducer, ensure_topic
 
     where = destination(settings)
     own_conn = conn is None

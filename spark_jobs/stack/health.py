@@ -58,7 +58,7 @@ def kafka(settings: Settings, timeout: float = 20.0) -> Probe:
     try:
         from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-        from spark_jobs.events_producer import ensure_topic
+        from spark_jobs.loadgen.producer import ensure_topic
 
         topic = "_lake_health"
         token = uuid.uuid4().hex.encode()

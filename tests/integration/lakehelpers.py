@@ -210,7 +210,7 @@ def write_history(days: int, *, orders_per_day: int, events_per_day: int, seeds:
 def gold_backfill(settings: Settings, days: list[date], reprocess: str, timeout: float = 2400) -> dict[str, str]:
     """A backfill of ``lake_gold_daily`` over ``days`` through the REST API; waits for it (at most ``timeout``
     seconds), returns {day: state}."""
-    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
+    from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient
 
     client = AirflowClient(settings)
     client.wait_for_dag(GOLD_DAG)

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
-from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
 from spark_jobs.settings import Settings, load_settings
+from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient
 from tests.integration.lakehelpers import CHROMIUM, start_streaming, wait_stream, wait_until
 
 ARTIFACTS = load_settings().state_dir / "artifacts"  # the state dir the stack under test uses

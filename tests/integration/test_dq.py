@@ -42,8 +42,8 @@ from typing import Any
 import psycopg2
 import pytest
 
-from spark_jobs.airflow_api import GOLD_DAG, AirflowClient, AirflowError
 from spark_jobs.settings import Settings
+from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient, AirflowError
 from tests.integration.lakehelpers import CHROMIUM, run_lake, shop_cursor, start_streaming, wait_stream, wait_until
 
 DQ_DAG = "lake_dq_streaming"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs import s3_restore
 from spark_jobs.settings import Settings
+from spark_jobs.stack import s3_restore
 from spark_jobs.stack.bootstrap import LIFECYCLE_RULE_ID
 from spark_jobs.table_io import table_location
 from tests.integration.lakehelpers import lake_sql, run_lake

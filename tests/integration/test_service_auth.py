@@ -94,7 +94,7 @@ def test_the_producer_writes_events_but_cannot_read_them(topics: Settings) -> No
 
     # A well-formed write of the producer principal lands (the forged key/value is not a valid event, which
     # the stream will quarantine: so write to the producers' own prefix, on a topic made for this test).
-    from spark_jobs.events_producer import ensure_topic
+    from spark_jobs.loadgen.producer import ensure_topic
 
     topic = f"events.it-acl-{uuid.uuid4().hex[:8]}"
     ensure_topic(topics, topic, partitions=1)

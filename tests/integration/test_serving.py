@@ -87,7 +87,7 @@ def _watermark() -> tuple[int, date | None]:
 
 def _gold_run(settings: Settings, conf: dict[str, Any]) -> str:
     """One manual ``lake_gold_daily`` run (no logical date: it computes ``conf['day']``); waits; its run id."""
-    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
+    from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient
 
     client = AirflowClient(settings)
     client.wait_for_dag(GOLD_DAG)
@@ -139,7 +139,7 @@ def test_serving_daily_sales_equals_postgres_for_every_day_including_today(serve
 
 
 def test_gold_dag_moves_the_watermark_one_more_day_and_the_answer_stays(served: Settings) -> None:
-    from spark_jobs.airflow_api import GOLD_DAG, AirflowClient
+    from spark_jobs.stack.airflow_api import GOLD_DAG, AirflowClient
 
     day = _days()[-2]  # the history's last day: built, and covered by the watermark after the backfill
     before = day - timedelta(days=1)

@@ -87,7 +87,7 @@ def test_lake_smoke_dag_triggered_through_the_rest_api(stack: Settings) -> None:
         time.sleep(5)
         state = _api(stack, "GET", f"/api/v2/dags/lake_smoke/dagRuns/{run_id}", token)["state"]
     if state != "success":
-        from spark_jobs.airflow_api import AirflowClient
+        from spark_jobs.stack.airflow_api import AirflowClient
 
         log = AirflowClient(stack).task_log("lake_smoke", run_id, "write_and_read_back", try_number=1)
         pytest.fail(f"dag run {run_id} ended {state}; first try's log (all under {stack.log_dir}/airflow-tasks):\n"

@@ -1,4 +1,4 @@
-"""spark_jobs.airflow_api against a stand-in for Airflow's REST API (no Airflow): which answers are waited out
+"""spark_jobs.stack.airflow_api against a stand-in for Airflow's REST API (no Airflow): which answers are waited out
 (a DAG not parsed yet, another backfill running) and which fail at once, and the backfill wait."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from spark_jobs.airflow_api import AirflowApiError, AirflowClient, AirflowError
 from spark_jobs.settings import load_settings
+from spark_jobs.stack.airflow_api import AirflowApiError, AirflowClient, AirflowError
 
 Answer = tuple[int, Any]
 
@@ -95,7 +95,7 @@ RUNNING = (409, {"detail": "There is already a running backfill for dag lake_gol
 def test_backfill_waits_while_another_backfill_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     slept: list[float], caplog: pytest.LogCaptureFixture) -> None:
     api, fake = client(tmp_path, monkeypatch, {("POST", "/api/v2/backfills"): [RUNNING, (200, {"id": 7})]})
-    with caplog.at_level("INFO", logger="spark_jobs.airflow_api"):
+    with caplog.at_level("INFO", logger="spark_jobs.stack.airflow_api"):
         assert api.backfill("lake_gold_daily", date(2024, 1, 1), date(2024, 1, 2)) == {"id": 7}
     assert len(fake.calls) == 2 and slept == [10]
     assert "another backfill of lake_gold_daily is running; waiting for it to finish" in caplog.text

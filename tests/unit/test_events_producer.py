@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.contracts.clickstream import TOPIC, event_errors
-from spark_jobs.events_producer import EventProducer, InvalidEventError, ProducerError, make_event, serialize
+from spark_jobs.loadgen.producer import EventProducer, InvalidEventError, ProducerError, make_event, serialize
 
 BOOTSTRAP = "broker-a:9092,broker-b:9092"
 
@@ -183,7 +183,7 @@ def test_context_manager_flushes() -> None:
 
 
 def test_the_lake_producer_logs_in_as_its_principal_and_names_its_topics(tmp_path: Any) -> None:
-    from spark_jobs.events_producer import ProducerError
+    from spark_jobs.loadgen.producer import ProducerError
     from spark_jobs.settings import load_settings
 
     settings = load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_KAFKA_PRODUCER_PASSWORD": "producerPw0123"})

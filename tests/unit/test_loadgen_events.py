@@ -16,7 +16,6 @@ from spark_jobs.contracts.clickstream import (
     event_errors,
     parse_event_time,
 )
-from spark_jobs.events_producer import FLUSH_MARGIN_S
 from spark_jobs.loadgen.clickstream import (
     BAD_KINDS,
     DUPLICATE,
@@ -27,6 +26,7 @@ from spark_jobs.loadgen.clickstream import (
     event_ids_digest,
     run,
 )
+from spark_jobs.loadgen.producer import FLUSH_MARGIN_S
 from tests.unit.event_records import reason_code
 
 NOW = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
@@ -147,7 +147,7 @@ class FakeEventProducer:
     """Stands in for EventProducer: delivers everything to one partition on flush."""
 
     def __init__(self, fail_every: int = 0) -> None:
-        from spark_jobs.events_producer import DeliveryStats
+        from spark_jobs.loadgen.producer import DeliveryStats
 
         self.topic, self.bootstrap = "t", "b:1"
         self.stats = DeliveryStats()

@@ -12,7 +12,6 @@ import pytest
 
 from spark_jobs import cli
 from spark_jobs.contracts.clickstream import check_record, parse_event_time
-from spark_jobs.events_producer import EventProducer, serialize
 from spark_jobs.loadgen import history
 from spark_jobs.loadgen.history_plan import (
     ID_SPAN,
@@ -22,6 +21,7 @@ from spark_jobs.loadgen.history_plan import (
     line_amount,
     plan_history,
 )
+from spark_jobs.loadgen.producer import EventProducer, serialize
 
 END = date(2026, 3, 10)
 TRACKED = {"country", "loyalty_tier"}

@@ -1,4 +1,4 @@
-"""Version selection of `lake restore-path` (spark_jobs.s3_restore.plan) and its arguments."""
+"""Version selection of `lake restore-path` (spark_jobs.stack.s3_restore.plan) and its arguments."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import click
 import pytest
 
 from spark_jobs.cli.restore import parse_time
-from spark_jobs.s3_restore import ObjectVersion, RestoreAction, plan, split_s3_uri
 from spark_jobs.stack.bootstrap import bucket_policy
+from spark_jobs.stack.s3_restore import ObjectVersion, RestoreAction, plan, split_s3_uri
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 AT = T0 + timedelta(minutes=10)

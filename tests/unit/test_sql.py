@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
+from spark_jobs.cli.sql_shell import format_rows, split_statements
 from spark_jobs.settings import load_settings
-from spark_jobs.sql import format_rows, split_statements
 from spark_jobs.table_io import split_table, table_location
 
 
@@ -37,7 +37,7 @@ def test_split_statements_keeps_semicolons_inside_literals_names_and_comments(te
 
 def test_the_shell_runs_the_statements_read_when_a_line_ends_with_a_semicolon(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from spark_jobs import sql
+    from spark_jobs.cli import sql_shell as sql
 
     ran: list[str] = []
 

@@ -1,11 +1,11 @@
-"""`lake sql` refuses writes to stream-owned tables (spark_jobs.sql_guard), reads and other tables pass."""
+"""`lake sql` refuses writes to stream-owned tables (spark_jobs.cli.sql_guard), reads and other tables pass."""
 
 from __future__ import annotations
 
 import pytest
 
+from spark_jobs.cli.sql_guard import STREAM_TABLES, stream_owned_write, used_database
 from spark_jobs.contracts.tables import CDC_QUERY, GOLD_DAG, TABLES
-from spark_jobs.sql_guard import STREAM_TABLES, stream_owned_write, used_database
 
 
 @pytest.mark.parametrize("stmt", [
@@ -90,7 +90,7 @@ class _FakeSpark:
 
 def test_lake_sql_stops_at_the_refused_statement(monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from spark_jobs import sql
+    from spark_jobs.cli import sql_shell as sql
 
     spark = _FakeSpark()
     monkeypatch.setattr(sql, "_session", lambda local: spark)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import jar_checksums
 from spark_jobs.settings import REPO_ROOT, load_settings
+from spark_jobs.stack import jar_checksums
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)")

@@ -121,7 +121,7 @@ def _session(local: bool) -> Any:
 def run(statements: str | None, fmt: str, local: bool = False) -> int:
     from pyspark.errors import PySparkException
 
-    from spark_jobs.sql_guard import stream_owned_write, used_database
+    from spark_jobs.cli.sql_guard import stream_owned_write, used_database
 
     spark = _session(local)
     current_db = "default"
