@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.contracts.clickstream import silver_schema as events_silver_schema
-from spark_jobs.contracts.shop import CDC_TABLES, deleted_schema, silver_schema
+from spark_jobs.contracts.shop import CDC_TABLES, CUSTOMERS, PRODUCTS, deleted_schema, silver_schema
 from spark_jobs.hot.windows import HOT_VIEWS, hot_schema
 
 #: Delta's auto compaction: a write that leaves ``spark.databricks.delta.autoCompact.minNumFiles`` (50) small
@@ -173,12 +173,12 @@ TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
               HOT_DRIVER, ("batch_id",), (), HOT_PROPS),
     # Gold, in build order (a table after every gold table it reads; gold_steps() checks it).
     LakeTable("gold.dim_customers", "one row per customer version (SCD2)", GOLD_DAG, ("customer_key",),
-              write_mode=REPLACE_TABLE, reads=("bronze.shop__customers",), transform=_GOLD_STEPS + ":dim_customers",
+              write_mode=REPLACE_TABLE, reads=(CUSTOMERS.bronze,), transform=_GOLD_STEPS + ":dim_customers",
               dq=DQ_GATE_CHECK,
               schema=_gold_schema(("customer_key", BIGINT, False), ("customer_id", BIGINT), ("email", STRING),
                            ("full_name", STRING), ("country", STRING), ("loyalty_tier", STRING), *_SCD2)),
     LakeTable("gold.dim_products", "one row per product version (SCD2)", GOLD_DAG, ("product_key",),
-              write_mode=REPLACE_TABLE, reads=("bronze.shop__products",), transform=_GOLD_STEPS + ":dim_products",
+              write_mode=REPLACE_TABLE, reads=(PRODUCTS.bronze,), transform=_GOLD_STEPS + ":dim_products",
               dq=DQ_GATE_CHECK,
               schema=_gold_schema(("product_key", BIGINT, False), ("product_id", BIGINT), ("sku", STRING), ("name", STRING),
                            ("price", DecimalType(12, 2)), ("active", BOOLEAN), *_SCD2)),
@@ -236,10 +236,14 @@ def lake_table(name: str) -> LakeTable:
 def gold_steps(tables: Mapping[str, LakeTable] | None = None) -> list[LakeTable]:
     """The gold tables in build order: declaration order, checked to put each after the gold tables it reads."""
     gold = [t for t in (TABLES if tables is None else tables).values() if t.layer == "gold"]
+    known = TABLES if tables is None else tables
     seen: set[str] = set()
     for table in gold:
         if not table.transform:
             raise ValueError(f"{table.name}: a gold table needs its transform ('module:function')")
+        unknown = [r for r in table.reads if r not in known]
+        if unknown:
+            raise ValueError(f"{table.name} reads {', '.join(unknown)}, which the registry does not declare")
         later = [r for r in table.reads if r.startswith("gold.") and r not in seen]
         if later:
             raise ValueError(f"{table.name} reads {', '.join(later)}, declared after it (or not at all): declare the "

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType, ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pyspark.sql import DataFrame
@@ -142,6 +142,10 @@ def test_gold_tables_must_be_declared_after_what_they_read() -> None:
                       transform="m:f")
     with pytest.raises(ValueError, match=r"gold.fct_early reads gold.fct_orders, declared after it"):
         gold_steps({early.name: early, **TABLES})
+    typo = LakeTable("gold.fct_typo", "x", GOLD_DAG, write_mode=REPLACE_TABLE, reads=("bronze.shop__customers",),
+                     transform="m:f")
+    with pytest.raises(ValueError, match=r"reads bronze\.shop__customers, which the registry does not declare"):
+        gold_steps({**TABLES, typo.name: typo})
     with pytest.raises(ValueError, match="needs its transform"):
         gold_steps({"gold.bare": LakeTable("gold.bare", "x", GOLD_DAG, write_mode=REPLACE_TABLE)})
 
@@ -165,9 +169,12 @@ def test_every_gold_transform_returns_its_declared_schema(spark: Any) -> None:
     for contract in CDC_TABLES.values():
         frames[contract.bronze] = spark.createDataFrame([], bronze_schema())
         frames[contract.silver] = spark.createDataFrame([], silver_schema(contract))
+    from spark_jobs.jobs.gold import Interval, compute
+
+    lake = SimpleNamespace(table=frames.__getitem__)
     for table in gold_steps():
-        module, _, function = table.transform.partition(":")
-        frame = getattr(importlib.import_module(module), function)(frames.__getitem__, START, END)
+        # Through compute(): each transform reads only what its entry declares (the names must be the lake's).
+        frame = compute(cast(Any, lake), table.short, Interval(START, END))
         conform(frame, table)  # raises naming the difference
         frames[table.name] = frame
 
