@@ -7,12 +7,13 @@ a producer sends; every candidate then checks the SAME records, interleaved roun
 
 * ``ours``: the stream's per-record verdict unit, the loop of
   :func:`spark_jobs.silver.clickstream_arrow.check_records` without its typed columns: size check, the parse
-  (``fast_doc``: orjson's, kept when it round-trips, else the strict ``parse_record``), the compiled contract
-  (``FastCheck.event_micros``), and for a record it does not accept ``check_record`` (reason code and detail,
-  what ``quarantine.events`` stores). The ratios are to this row.
+  (``fast_doc``: orjson's, kept when it round-trips, else the strict ``parse_record``), then
+  :class:`~spark_jobs.silver.clickstream_arrow.ContractCheck` (jsonschema-rs plus the contract's own rules since
+  the switch of issue 34: ``event_micros``, and ``reject`` for the reason code and detail of a record it does not
+  accept, what ``quarantine.events`` stores). The ratios are to this row.
 * ``ours_check_records``: ``check_records`` itself over Arrow batches of 10,000 rows (Spark's
   ``spark.sql.execution.arrow.maxRecordsPerBatch``), typed columns included: what a Python worker runs.
-* ``jsonschema`` (pinned; ``check_record`` uses it for the reasons), ``jsonschema_rs`` and ``fastjsonschema``
+* ``jsonschema`` (pinned; the reference ``check_record`` uses it), ``jsonschema_rs`` and ``fastjsonschema``
   (the last two only when installed): the same envelope as ours (size check, the same parse, a JSON object), then the
   library's validator, prepared once, on the parsed object; for a reject, the library's errors mapped to our
   reason codes (``required`` -> missing_field, ``type`` -> wrong_type, any other keyword -> invalid_value; the
@@ -20,8 +21,9 @@ a producer sends; every candidate then checks the SAME records, interleaved roun
   cannot say (a real calendar instant, at most ``MAX_FUTURE_SECONDS`` after the Kafka timestamp) are not in
   their figures, which flatters them; the hand-made records of :func:`_edge_cases` show where that and JSON
   Schema's own "integer" (``42.0`` is one) change a verdict.
-* ``jsonschema_rs_rules``: ``jsonschema_rs`` plus those rules in Python (:func:`_contract_extras`): what a switch
-  would have to run to keep today's verdicts.
+* ``jsonschema_rs_rules``: ``jsonschema_rs`` plus those rules in Python (:func:`_contract_extras`): the sketch
+  measured before the switch; ``ours`` is its production form now (details as ``check_record`` words them, the
+  reference's verdict for a record the library cannot read).
 * ``parse_only``: the shared envelope alone, no validation: the floor under every row.
 
 After the rounds each candidate runs once more on the records ours accepts and once on those it rejects (the cost
@@ -59,14 +61,12 @@ from spark_jobs.contracts.clickstream import (
     OVERSIZED,
     REASONS,
     WRONG_TYPE,
-    check_record,
     load_schema,
     parse_record,
 )
 from spark_jobs.contracts.events_rules import field_rules
-from spark_jobs.hot.windows import from_epoch_micros
 from spark_jobs.loadgen.clickstream import ClickstreamGenerator
-from spark_jobs.silver.clickstream_arrow import EventTimes, FastCheck, fast_doc
+from spark_jobs.silver.clickstream_arrow import EventTimes, contract_check, fast_doc
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +163,11 @@ def _as_is(result: Any) -> list[Verdict]:
 
 
 def _ours() -> Prepare:
-    fast = FastCheck()
+    contract = contract_check()
 
     def prepare(values: Values, kafka_us: Sequence[int]) -> tuple[Run, Callable[[Any], list[Verdict]]]:
         def run() -> list[Verdict]:
-            event_micros = fast.event_micros
+            event_micros, reject = contract.event_micros, contract.reject
             out: list[Verdict] = [None] * len(values)
             for i, value in enumerate(values):  # check_records' loop, up to the verdict
                 doc: Any = None
@@ -178,8 +178,8 @@ def _ours() -> Prepare:
                             doc = parse_record(value)
                         except ValueError:
                             doc = None
-                if doc is None or event_micros(doc, kafka_us[i]) is None:
-                    out[i] = check_record(value, from_epoch_micros(kafka_us[i]))
+                if event_micros(doc, kafka_us[i]) is None:
+                    out[i] = reject(value, doc, kafka_us[i])
             return out
 
         return run, _as_is
@@ -192,7 +192,7 @@ def _ours_check_records() -> Prepare:
 
     from spark_jobs.silver.clickstream_arrow import check_records
 
-    fast = FastCheck()
+    contract = contract_check()
 
     def prepare(values: Values, kafka_us: Sequence[int]) -> tuple[Run, Callable[[Any], list[Verdict]]]:
         tables = []
@@ -207,7 +207,7 @@ def _ours_check_records() -> Prepare:
                     pa.timestamp("us", tz="UTC"))}))
 
         def run() -> list[Any]:
-            return [check_records(t, fast=fast) for t in tables]
+            return [check_records(t, contract) for t in tables]
 
         def verdicts(result: list[Any]) -> list[Verdict]:
             out: list[Verdict] = []
@@ -340,8 +340,9 @@ class Candidate:
 
 
 CANDIDATES: tuple[Candidate, ...] = (
-    Candidate("ours", None, "size check, fast_doc/parse_record, FastCheck.event_micros, check_record for a record it "
-              "does not accept (check_records' per-record loop without the typed columns)",
+    Candidate("ours", None, "size check, fast_doc/parse_record, ContractCheck.event_micros (jsonschema-rs plus our "
+              "rules), ContractCheck.reject for a record it does not accept (check_records' per-record loop without "
+              "the typed columns)",
               "yes: the reason code and the detail naming the field, as quarantine.events stores them", _ours),
     Candidate("ours_check_records", None, "spark_jobs.silver.clickstream_arrow.check_records over Arrow batches of "
               f"{ARROW_BATCH:,} rows, typed columns included (what the stream's Python worker runs)",
@@ -356,7 +357,7 @@ CANDIDATES: tuple[Candidate, ...] = (
               _jsonschema_rs),
     Candidate("jsonschema_rs_rules", "jsonschema_rs", "jsonschema_rs as above, plus the contract's rules JSON "
               "Schema cannot say (integers are ints, not 42.0; event_time a real instant, not in the future), in "
-              "Python: what a switch would run", "yes (as jsonschema_rs, plus those rules' own details)",
+              "Python: the sketch measured before ours switched to it", "yes (as jsonschema_rs, plus those rules' own details)",
               lambda: _jsonschema_rs(with_rules=True)),
     Candidate("fastjsonschema", "fastjsonschema", "the same envelope, then fastjsonschema.compile(schema) on the "
               "parsed object (it raises on the first error, mapped to our code)",

@@ -1,14 +1,12 @@
 """The clickstream event contract (topic ``events.clickstream``): schema, validation, reason codes, compatibility.
 
 The JSON Schema (draft 2020-12) in ``events/clickstream.schema.json`` is the
-single source of truth. The producer (:mod:`spark_jobs.events_producer`)
+single source of truth. The producer (:mod:`spark_jobs.loadgen.producer`)
 validates with it before sending; the streaming app classifies with
-:func:`check_record`, behind the compiled fast checks of
-:mod:`spark_jobs.silver.clickstream_arrow`; :mod:`spark_jobs.silver.clickstream` applies
-the same rules as Spark SQL expressions (``lake reconcile events``), reading
-patterns, enums and limits from :func:`spark_jobs.contracts.events_rules.field_rules`
-so they cannot drift apart;
-parity tests run them over the same corpus.
+:class:`spark_jobs.silver.clickstream_arrow.ContractCheck` (jsonschema-rs plus the
+rules below JSON Schema cannot say), whose reason codes and choice of error are
+those of :func:`check_record` here, the slower reference; parity tests run both
+over the same corpus.
 
 A record is checked in this order and gets exactly one reason code, the first
 that applies, plus a detail naming the field:
@@ -32,7 +30,7 @@ Released schema versions are kept in ``events/released/``; the unit tests run
 :func:`spark_jobs.contracts.events_compat.breaking_changes` of each of them
 against the current schema, so a change that would break readers of
 already-written data fails CI. :mod:`spark_jobs.contracts.events_rules`
-flattens the schema for the Spark transform.
+flattens the schema into per-field rules.
 """
 
 from __future__ import annotations
@@ -74,7 +72,7 @@ EVENT_TIME_RE = re.compile(
 
 
 class ContractError(ValueError):
-    """The schema file is not something this module (or the Spark transform) can apply."""
+    """The schema file is not something this module (or the stream's check) can apply."""
 
 
 # --------------------------------------------------------------------------- schema files

@@ -1,7 +1,12 @@
-"""The clickstream schema flattened into per-field rules the Spark transform applies (:mod:`spark_jobs.silver.clickstream`).
+"""The clickstream schema flattened into per-field rules (top-level fields, per-event-type properties).
 
-Anything the transform would not apply raises :class:`ContractError`, so a
-schema change Spark would silently ignore fails loudly.
+The stream's check (:class:`spark_jobs.silver.clickstream_arrow.ContractCheck`)
+takes from it the fields that are JSON Schema "integer", to which it applies
+the contract's strict 64-bit rule beside jsonschema-rs; ``lake bench contract``
+does the same. Any construct outside what is flattened here raises
+:class:`ContractError`, so a schema change that rule could miss (an integer the
+walk does not reach, a format the reference does not check) fails loudly.
+:func:`resolve_ref` is shared with :mod:`spark_jobs.contracts.events_compat`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from spark_jobs.contracts.clickstream import ContractError, load_schema
 
 @dataclass(frozen=True)
 class FieldRule:
-    """One field of the contract as the Spark transform checks it (``path`` is relative to its object)."""
+    """One field of the contract, its keywords flattened (``name`` is relative to its object)."""
 
     name: str
     json_type: str  # "string" | "integer" | "object"
@@ -31,7 +36,7 @@ class FieldRule:
 
 @dataclass(frozen=True)
 class ContractRules:
-    """The schema flattened into what :mod:`spark_jobs.silver.clickstream` applies."""
+    """The schema flattened: top-level fields, whether others are allowed, the properties of each event type."""
 
     fields: tuple[FieldRule, ...]
     additional_fields: bool
@@ -60,12 +65,13 @@ def _rule(schema: Mapping[str, Any], name: str, node: Mapping[str, Any], require
     node = resolve_ref(schema, node)
     unknown = set(node) - _RULE_KEYWORDS
     if unknown:
-        raise ContractError(f"{where}.{name}: keyword(s) {sorted(unknown)} are not applied by the Spark transform")
+        raise ContractError(f"{where}.{name}: keyword(s) {sorted(unknown)} are not applied by the flattened rules "
+                            "(spark_jobs.contracts.events_rules)")
     json_type = node.get("type")
     if json_type not in ("string", "integer", "object"):
         raise ContractError(f"{where}.{name}: type {json_type!r} is not supported (string, integer or object)")
     if node.get("format") not in (None, "uuid"):
-        raise ContractError(f"{where}.{name}: format {node['format']!r} is not applied by the Spark transform")
+        raise ContractError(f"{where}.{name}: format {node['format']!r} is not checked by the reference check_record")
     return FieldRule(
         name=name, json_type=json_type, required=required, pattern=node.get("pattern"),
         enum=tuple(node["enum"]) if "enum" in node else None, const=node.get("const"),
@@ -74,10 +80,10 @@ def _rule(schema: Mapping[str, Any], name: str, node: Mapping[str, Any], require
 
 
 def field_rules(schema: Mapping[str, Any] | None = None) -> ContractRules:
-    """Flatten the clickstream schema (top-level fields, per-event-type properties) for the Spark transform.
+    """Flatten the clickstream schema (top-level fields, per-event-type properties).
 
-    Raises :class:`ContractError` for any construct the transform does not
-    apply, so a schema change that Spark would silently ignore fails loudly.
+    Raises :class:`ContractError` for any construct it does not flatten, so a
+    schema change the stream's strict-integer rule could miss fails loudly.
     """
     schema = schema if schema is not None else load_schema()
     required = set(schema.get("required", []))

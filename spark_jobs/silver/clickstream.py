@@ -1,16 +1,16 @@
 """Clickstream records (Kafka or bronze rows) -> validated, typed events + rejects, in Spark tasks.
 
 The contract is applied once, by one implementation: the Python classifier of
-:mod:`spark_jobs.silver.clickstream_arrow` (the contract's JSON Schema compiled into
-straight-line checks, with :func:`spark_jobs.contracts.clickstream.check_record`
-giving the reason and detail of every reject), run on the executors through
-``mapInArrow``: each task classifies its own Arrow batches, nothing reaches the
-driver. The executors therefore need the same Python packages as the driver
-(``spark.pyspark.python``; the project's venv on ``local[*]``).
+:mod:`spark_jobs.silver.clickstream_arrow` (the contract's JSON Schema validated
+by jsonschema-rs, plus the contract's rules JSON Schema cannot say, with the
+reason codes of :func:`spark_jobs.contracts.clickstream.check_record`), run on
+the executors through ``mapInArrow``: each task classifies its own Arrow batches,
+nothing reaches the driver. The executors therefore need the same Python
+packages as the driver (``spark.pyspark.python``; the project's venv on ``local[*]``).
 
-Why ``mapInArrow`` rather than Spark SQL expressions: the compiled Python checks
-cost a fraction of the CPU per event (docs/benchmarks.md), and one
-implementation cannot drift from itself.
+Why ``mapInArrow`` rather than Spark SQL expressions: the Python check costs a
+fraction of the CPU per event (docs/benchmarks.md), and one implementation
+cannot drift from itself.
 """
 
 from __future__ import annotations
@@ -82,17 +82,17 @@ def checked_schema() -> StructType:
 
 def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = (),
                    columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function (runs in the executors' Python workers): one compiled contract per task;
-    only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged."""
+    """The ``mapInArrow`` function (runs in the executors' Python workers): one contract validator per worker
+    process; only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged."""
     import pyarrow as pa
 
-    from spark_jobs.silver.clickstream_arrow import FastCheck, check_records
+    from spark_jobs.silver.clickstream_arrow import check_records, contract_check
 
-    fast = FastCheck()
+    contract = contract_check()
     for batch in batches:
         if batch.num_rows:
             table = pa.Table.from_batches([batch])
-            out = check_records(table, fast=fast)
+            out = check_records(table, contract)
             if columns is not None:
                 out = out.select(list(columns))
             for name in keep:
