@@ -106,15 +106,23 @@ def latest_verdicts(spark: SparkSession, table: str | None = None) -> list[dict[
 
     Verdict: ``BLOCK`` (a block expectation failed), ``QUARANTINE`` (rows were held back), ``WARN``, ``PASS``.
     """
-    where = "" if table is None else "WHERE table_name = " + _literal(table)
-    rows = spark.sql(f"""
-        WITH v AS (SELECT *, max(validated_at) OVER (PARTITION BY table_name) AS newest FROM {RESULTS_TABLE} {where})
-        SELECT table_name, first(run_id) AS run_id, first(dag_id) AS dag_id, first(task_id) AS task_id,
-               newest AS validated_at, count(*) AS expectations, count_if(NOT success) AS failed,
-               count_if(NOT success AND severity = 'block') AS blocking,
-               count_if(NOT success AND severity = 'quarantine') AS quarantining,
-               sort_array(collect_list(CASE WHEN NOT success THEN concat(severity, ':', expectation) END)) AS failures
-        FROM v WHERE validated_at = newest GROUP BY table_name, newest ORDER BY table_name""").collect()
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    results = spark.table(RESULTS_TABLE)
+    if table is not None:  # a DataFrame filter: the name is data, never SQL text
+        results = results.where(F.col("table_name") == F.lit(table))
+    failed, severity = ~F.col("success"), F.col("severity")
+    newest = (results.withColumn("newest", F.max("validated_at").over(Window.partitionBy("table_name")))
+              .where(F.col("validated_at") == F.col("newest")))
+    rows = (newest.groupBy("table_name", "newest").agg(
+        F.first("run_id").alias("run_id"), F.first("dag_id").alias("dag_id"), F.first("task_id").alias("task_id"),
+        F.count(F.lit(1)).alias("expectations"), F.count_if(failed).alias("failed"),
+        F.count_if(failed & (severity == "block")).alias("blocking"),
+        F.count_if(failed & (severity == "quarantine")).alias("quarantining"),
+        F.sort_array(F.collect_list(F.when(failed, F.concat(severity, F.lit(":"), F.col("expectation")))))
+        .alias("failures"))
+        .withColumnRenamed("newest", "validated_at").orderBy("table_name").collect())
     out = []
     for r in rows:
         # A failed quarantine expectation held rows back: say so, it is not a mere warning.
@@ -128,13 +136,15 @@ def latest_verdicts(spark: SparkSession, table: str | None = None) -> list[dict[
 
 def history(spark: SparkSession, table: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """Validations newest first: table, time, run, pass rate, failed count (the trend of ``ops.dq_results``)."""
-    where = "" if table is None else "WHERE table_name = " + _literal(table)
-    rows = spark.sql(f"""
-        SELECT table_name, validated_at, run_id, task_id, count(*) AS expectations, count_if(success) AS passed,
-               count_if(NOT success AND severity = 'block') AS blocking
-        FROM {RESULTS_TABLE} {where}
-        GROUP BY table_name, validated_at, run_id, task_id ORDER BY validated_at DESC, table_name LIMIT {int(limit)}
-    """).collect()
+    from pyspark.sql import functions as F
+
+    results = spark.table(RESULTS_TABLE)
+    if table is not None:
+        results = results.where(F.col("table_name") == F.lit(table))
+    rows = (results.groupBy("table_name", "validated_at", "run_id", "task_id").agg(
+        F.count(F.lit(1)).alias("expectations"), F.count_if(F.col("success")).alias("passed"),
+        F.count_if(~F.col("success") & (F.col("severity") == "block")).alias("blocking"))
+        .orderBy(F.col("validated_at").desc(), F.col("table_name")).limit(int(limit)).collect())
     return [{"table": r["table_name"], "validated_at": r["validated_at"].isoformat(), "run_id": r["run_id"],
              "task_id": r["task_id"], "expectations": r["expectations"], "passed": r["passed"],
              "pass_rate": round(r["passed"] / r["expectations"], 4) if r["expectations"] else None,
@@ -159,11 +169,3 @@ def recorded_verdicts(spark: SparkSession, table: str | None) -> list[dict[str, 
 def recorded_history(spark: SparkSession, table: str | None, limit: int) -> list[dict[str, Any]]:
     """:func:`history`, or none before the first validation created the results table."""
     return history(spark, table, limit) if spark.catalog.tableExists(RESULTS_TABLE) else []
-
-
-def _literal(value: str) -> str:
-    from spark_jobs.quality.store import sql_string
-
-    return sql_string(value)
-
-
