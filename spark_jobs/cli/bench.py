@@ -183,7 +183,8 @@ def contract(events: int, seed: int, repeat: int, as_json: bool) -> int:
     """The events contract check, ours against maintained JSON Schema validators, on the same records (one process,
     no Spark): records/s, the ratio to ours, verdict disagreements. Progress goes to stderr."""
     from spark_jobs import logs
-    from spark_jobs.bench.contract import CANDIDATES, available, bench, table
+    from spark_jobs.bench.contract import CANDIDATES, available, bench
+    from spark_jobs.bench.contract_report import table
 
     logs.progress_to_stderr()
     with progress.steps("bench contract (timed passes)", repeat * sum(map(available, CANDIDATES))) as done:

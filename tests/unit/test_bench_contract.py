@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from spark_jobs.bench import contract
+from spark_jobs.bench import contract, contract_report
 from spark_jobs.loadgen.clickstream import BAD_KINDS
 
 N = 2_000
@@ -63,7 +63,7 @@ def test_jsonschema_agrees_on_generated_records_but_not_on_integer_floats_or_eve
 
 
 def test_the_table_and_the_verdict_name_the_measured_validators(result: dict[str, Any]) -> None:
-    text = contract.table(result)
+    text = contract_report.table(result)
     for row in result["validators"]:
         assert row["name"] in text
     assert result["verdict"] in text
