@@ -10,7 +10,8 @@ Each task validates one table against its Great Expectations suite in
 writes one row per expectation to `ops.dq_results`, renders the validation's
 Data Docs page under the state dir, and fails naming the table, expectation,
 unexpected count and sample rows if a `block` expectation failed. `warn` only
-records. Freshness SLOs come from `LAKE_DQ_FRESHNESS_*` (per table: `LAKE_DQ_FRESHNESS_TABLES`).
+records. Freshness SLOs are declared per table in the table registry (`LAKE_DQ_FRESHNESS_TABLES`
+overrides them).
 
 Param `settle_seconds` (default 600): rules across two CDC tables (an order's
 total against its items, orders -> customers) judge only changes at least this

@@ -1,9 +1,11 @@
 """The lake's table registry: every table once, with its grain, keys, partitioning, Delta properties, writer and
 write mode; a gold table also with the tables it reads and its transform.
 
-Schemas stay with the code that defines them (the CDC contracts in :mod:`spark_jobs.contracts.shop`, the event
-contract, the hot views, the gold transforms); this registry says how each table is laid out and who may
-write it (one writer per table). Derived from it: the streaming app's table DDL
+Every table's columns are declared here or by the contract it comes from (the CDC contracts in
+:mod:`spark_jobs.contracts.shop`, the event contract, the hot views; bronze, quarantine and ops tables in
+:mod:`spark_jobs.contracts.lake_schemas`; gold below), with how it is laid out, who may write it (one writer per
+table) and, for a table the live checks validate, its freshness SLO. Writers take a table's columns from here
+(:func:`schema_of`). Derived from it: the streaming app's table DDL
 (:func:`spark_jobs.table_io.create.create_table`); the gold steps, their order and partition columns
 (:mod:`spark_jobs.jobs.gold`), the gold DAG's tasks, dependencies and Assets, its Airflow pools, ``lake gold build
 --tables``, the DQ and bench table lists (:func:`gold_steps`, :func:`live_tables`). ``tests/integration/
@@ -34,6 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_jobs.contracts import lake_schemas
 from spark_jobs.contracts.clickstream import silver_schema as events_silver_schema
 from spark_jobs.contracts.shop import CDC_TABLES, CUSTOMERS, PRODUCTS, deleted_schema, silver_schema
 from spark_jobs.hot.windows import HOT_VIEWS, hot_schema
@@ -52,6 +55,11 @@ SILVER_PROPS: Mapping[str, str] = MappingProxyType({"delta.enableDeletionVectors
 #: the log 1 day, instead of Delta's 7 and 30 days (~86,400 versions a day at one batch a second).
 HOT_PROPS: Mapping[str, str] = MappingProxyType({"delta.deletedFileRetentionDuration": "interval 1 hours",
                                                  "delta.logRetentionDuration": "interval 1 days"})
+
+#: Freshness SLOs (seconds) of the live tables: silver's newest applied change, a hot table's newest closed window
+#: past its length (checked every few minutes by lake_dq_streaming, severity warn).
+SILVER_FRESHNESS_S = 900
+HOT_FRESHNESS_S = 300
 
 #: Writers (DESIGN.md, single writer per table).
 CDC_QUERY = "streaming app, query lake_cdc (Spark)"
@@ -96,8 +104,13 @@ class LakeTable:
     #: or none.
     dq: str = ""
     #: Columns and types as created (a gold transform's output must match it; a suite's column and type checks
-    #: are derived from it). None: the writer's code holds it (bronze, quarantine, ops tables).
+    #: are derived from it). None only for tables whose columns are not fixed (a DQ gate's quarantine is the
+    #: validated table's columns plus the failed rules).
     schema: StructType | None = None
+    #: The freshness SLO of a :data:`DQ_LIVE` table, in seconds (its suite's ``{freshness_slo_seconds}``): a silver
+    #: table's newest applied change must be younger; a hot table's newest closed window must have ended less than
+    #: its length plus this ago. ``LAKE_DQ_FRESHNESS_TABLES`` overrides it per installation.
+    freshness_slo_seconds: int = 0
 
     def __post_init__(self) -> None:
         if self.write_mode not in WRITE_MODES:
@@ -107,6 +120,10 @@ class LakeTable:
                              f"date), not {self.partitioned_by}")
         if self.transform and ":" not in self.transform:
             raise ValueError(f"{self.name}: transform {self.transform!r} is not 'module:function'")
+        if (self.dq == DQ_LIVE) != (self.freshness_slo_seconds > 0):
+            raise ValueError(f"{self.name}: a table the live checks validate (dq={DQ_LIVE!r}) declares its "
+                             f"freshness_slo_seconds (> 0), and only such a table does (dq={self.dq!r}, "
+                             f"freshness_slo_seconds={self.freshness_slo_seconds})")
 
     @property
     def layer(self) -> str:
@@ -129,9 +146,10 @@ def _cdc_tables() -> list[LakeTable]:
     for contract in CDC_TABLES.values():
         out += [
             LakeTable(contract.bronze, f"one row per Kafka record of {contract.topic}", CDC_QUERY,
-                      ("topic", "partition", "offset"), ("ingest_date",), AUTO_COMPACT),
+                      ("topic", "partition", "offset"), ("ingest_date",), AUTO_COMPACT, schema=lake_schemas.BRONZE),
             LakeTable(contract.silver, f"one row per live row of PostgreSQL's {contract.table}", CDC_QUERY,
-                      contract.keys, (), SILVER_PROPS, MERGE_BY_POSITION, dq=DQ_LIVE, schema=silver_schema(contract)),
+                      contract.keys, (), SILVER_PROPS, MERGE_BY_POSITION, dq=DQ_LIVE, schema=silver_schema(contract),
+                      freshness_slo_seconds=SILVER_FRESHNESS_S),
             LakeTable(contract.deleted, f"one row per deleted key of {contract.table} (newest delete position)",
                       CDC_QUERY, contract.keys, (), AUTO_COMPACT, MERGE_BY_POSITION, schema=deleted_schema(contract)),
         ]
@@ -157,20 +175,22 @@ _GOLD_STEPS = "spark_jobs.gold.steps"
 TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
     *_cdc_tables(),
     LakeTable("quarantine.cdc", "one row per rejected CDC record (raw bytes, reason)", CDC_QUERY,
-              ("topic", "partition", "offset"), (), AUTO_COMPACT),
+              ("topic", "partition", "offset"), (), AUTO_COMPACT, schema=lake_schemas.QUARANTINE),
     LakeTable("bronze.events__clickstream", "one row per Kafka record of events.clickstream", EVENTS_QUERY,
-              ("topic", "partition", "offset"), ("ingest_date",), AUTO_COMPACT),
+              ("topic", "partition", "offset"), ("ingest_date",), AUTO_COMPACT, schema=lake_schemas.BRONZE),
     LakeTable("silver.events", "one row per unique valid event", EVENTS_QUERY, ("event_id",), ("event_date",),
-              AUTO_COMPACT, dq=DQ_LIVE, schema=events_silver_schema()),
+              AUTO_COMPACT, dq=DQ_LIVE, schema=events_silver_schema(), freshness_slo_seconds=SILVER_FRESHNESS_S),
     LakeTable("quarantine.events", "one row per rejected event (raw bytes, reason)", EVENTS_QUERY,
-              ("topic", "partition", "offset"), (), AUTO_COMPACT),
+              ("topic", "partition", "offset"), (), AUTO_COMPACT, schema=lake_schemas.QUARANTINE),
     # The hot tables as the speed layer defines them (name, window, metrics: spark_jobs.hot.windows).
     *[LakeTable(view.table, f"one row per {view.minutes}-minute event-time window", HOT_DRIVER, ("window_start",),
-                (), HOT_PROPS, DRIVER_UPSERT, dq=DQ_LIVE, schema=hot_schema(view))
+                (), HOT_PROPS, DRIVER_UPSERT, dq=DQ_LIVE, schema=hot_schema(view),
+                freshness_slo_seconds=HOT_FRESHNESS_S)
       for view in HOT_VIEWS],
-    LakeTable("ops.stream_events_ledger", "one row per events micro-batch", EVENTS_DRIVER, ("batch_id",)),
+    LakeTable("ops.stream_events_ledger", "one row per events micro-batch", EVENTS_DRIVER, ("batch_id",),
+              schema=lake_schemas.EVENTS_LEDGER),
     LakeTable("ops.stream_hot_ledger", "one row per hot micro-batch (offsets, commit time, jobs, commits)",
-              HOT_DRIVER, ("batch_id",), (), HOT_PROPS),
+              HOT_DRIVER, ("batch_id",), (), HOT_PROPS, schema=lake_schemas.HOT_LEDGER),
     # Gold, in build order (a table after every gold table it reads; gold_steps() checks it).
     LakeTable("gold.dim_customers", "one row per customer version (SCD2)", GOLD_DAG, ("customer_key",),
               write_mode=REPLACE_TABLE, reads=(CUSTOMERS.bronze,), transform=_GOLD_STEPS + ":dim_customers",
@@ -203,12 +223,12 @@ TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
                            ("sessions_purchased", BIGINT, False), ("purchases", BIGINT, False), ("view_to_cart", DOUBLE),
                            ("cart_to_checkout", DOUBLE), ("checkout_to_purchase", DOUBLE), ("view_to_purchase", DOUBLE))),
     LakeTable("ops.dq_results", "one row per expectation per validation", DQ_GATE,
-              ("run_id", "table_name", "task_id", "expectation")),
-    LakeTable("ops.smoke", "one row per n per smoke run", SMOKE, ("run_id", "n")),
+              ("run_id", "table_name", "task_id", "expectation"), schema=lake_schemas.DQ_RESULTS),
+    LakeTable("ops.smoke", "one row per n per smoke run", SMOKE, ("run_id", "n"), schema=lake_schemas.SMOKE),
     LakeTable("ops.serving_watermark", "one row per move of the serving layer's batch watermark", SERVING_DAG,
-              ("seq",)),
+              ("seq",), schema=lake_schemas.SERVING_WATERMARK),
     LakeTable("ops.replays", "one row per replay switch or rollback of a live table", REPLAY,
-              ("replay_id", "table_name", "action")),
+              ("replay_id", "table_name", "action"), schema=lake_schemas.REPLAYS),
 ]})
 
 #: ``quarantine.dq_<layer>_<table>``: rows a data-quality gate held back, one table per validated table.
@@ -228,9 +248,23 @@ def lake_table(name: str) -> LakeTable:
         live = TABLES.get(f"{db}.{table}")
         if live is not None:
             return LakeTable(name, f"{live.grain} (replayed shadow of {live.name})", REPLAY, live.keys,
-                             live.partitioned_by, live.properties)
+                             live.partitioned_by, live.properties, schema=live.schema)
     raise KeyError(f"{name} is not in the table registry (spark_jobs/contracts/tables.py): declare it there "
                    "with its grain, keys, partitioning, properties and writer")
+
+
+def schema_of(name: str) -> StructType:
+    """The declared columns of registry table ``name`` (what its writer creates and writes)."""
+    schema = lake_table(name).schema
+    if schema is None:
+        raise KeyError(f"{name} declares no schema in the table registry (spark_jobs/contracts/tables.py)")
+    return schema
+
+
+def freshness_slos(tables: Mapping[str, LakeTable] | None = None) -> dict[str, int]:
+    """Each live table's freshness SLO in seconds, as declared."""
+    return {t.name: t.freshness_slo_seconds for t in (TABLES if tables is None else tables).values()
+            if t.freshness_slo_seconds}
 
 
 def gold_steps(tables: Mapping[str, LakeTable] | None = None) -> list[LakeTable]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spark_jobs.contracts.tables import TABLES, freshness_slos
+
 if TYPE_CHECKING:
     from spark_jobs.settings import Settings
 
@@ -22,6 +24,24 @@ def utc_micros(when: datetime) -> int:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def freshness_slo(table: str, settings: Settings) -> int:
+    """``table``'s freshness SLO in seconds: its ``LAKE_DQ_FRESHNESS_TABLES`` entry, else the registry's (0: none).
+
+    An entry for a table without a declared SLO is refused, naming the ones that have one (a typo would otherwise
+    leave the SLO it meant to change in force).
+    """
+    from spark_jobs.settings import SettingsError
+
+    declared = freshness_slos()
+    overrides = settings.dq_freshness_overrides()
+    unknown = sorted(set(overrides) - set(declared))
+    if unknown:
+        raise SettingsError(f"LAKE_DQ_FRESHNESS_TABLES names {', '.join(unknown)}, which declare no freshness SLO; "
+                            f"the tables that do: {', '.join(declared)}")
+    entry = TABLES.get(table)
+    return overrides.get(table, entry.freshness_slo_seconds if entry else 0)
+
+
 def query_params(table: str, interval: tuple[datetime, datetime] | None, now: datetime,
                  settings: Settings | None, settle_seconds: int = SETTLE_SECONDS) -> dict[str, str]:
     """Placeholder values for a suite's SQL: instants as ``timestamp_micros`` (session-time-zone proof)."""
@@ -30,7 +50,7 @@ def query_params(table: str, interval: tuple[datetime, datetime] | None, now: da
         raise ValueError(f"empty interval for {table}: start {start.isoformat()} is not before end {end.isoformat()}")
     if settle_seconds < 0:
         raise ValueError(f"settle_seconds={settle_seconds} must be >= 0")
-    slo = "" if settings is None else str(settings.dq_freshness_seconds(table))
+    slo = "" if settings is None else str(freshness_slo(table, settings))
     return {
         "interval_start": f"timestamp_micros({utc_micros(start)})",
         "interval_end": f"timestamp_micros({utc_micros(end)})",

@@ -13,32 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incrementing
 
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.quality.outcome import EXPECTATIONS_COLUMN, DqOutcome
 from spark_jobs.quality.params import utc_micros
 from spark_jobs.table_io import has_rows, replace_or_append, replace_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
     from spark_jobs.settings import Settings
 
 RESULTS_TABLE = "ops.dq_results"
 #: Attempts of a write that lost a race with another task's commit to the same table.
 WRITE_ATTEMPTS = 4
-
-
-def results_schema() -> StructType:
-    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
-
-    s, ts = StringType(), TimestampType()
-    return StructType([
-        StructField("run_id", s), StructField("dag_id", s), StructField("task_id", s), StructField("table_name", s),
-        StructField("interval_start", ts), StructField("interval_end", ts), StructField("expectation", s),
-        StructField("expectation_type", s), StructField("severity", s), StructField("success", BooleanType()),
-        StructField("observed_value", s), StructField("unexpected_count", LongType()),
-        StructField("unexpected_sample", s), StructField("validated_at", ts),
-    ])
 
 
 def quarantine_table(table: str) -> str:
@@ -84,7 +71,7 @@ def _with_retries(write: Callable[[], None]) -> None:
 
 def write_results(spark: SparkSession, settings: Settings, outcome: DqOutcome) -> None:
     """Replace this (run_id, table, task)'s rows of ``ops.dq_results`` with one row per expectation."""
-    frame = spark.createDataFrame(results_rows(outcome), results_schema())
+    frame = spark.createDataFrame(results_rows(outcome), schema_of(RESULTS_TABLE))
     _with_retries(lambda: replace_or_append(frame, settings, RESULTS_TABLE, _scope(outcome)))
 
 

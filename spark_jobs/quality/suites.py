@@ -23,8 +23,8 @@ String kwargs may hold placeholders filled at validation time (GX itself fills
 ``{table:<db>.<table>}`` another lake table, ``{interval_start}`` /
 ``{interval_end}`` / ``{now}`` timestamp expressions (UTC instants),
 ``{interval_start_date}`` / ``{interval_end_date}`` UTC date literals, and
-``{freshness_slo_seconds}`` (the table's freshness SLO: ``LAKE_DQ_FRESHNESS_TABLES``, else its layer's
-``LAKE_DQ_FRESHNESS_*_SECONDS``) and ``{settle_seconds}`` (how old a change must be before a cross-table rule
+``{freshness_slo_seconds}`` (the table's freshness SLO: its ``LAKE_DQ_FRESHNESS_TABLES`` entry, else the one
+the table registry declares) and ``{settle_seconds}`` (how old a change must be before a cross-table rule
 judges it, since topics apply independently: 600 by default, a ``lake_dq_streaming`` run's ``settle_seconds``
 param, 0 once the stream is known to be caught up).
 Literal braces (regex quantifiers) are doubled, as GX requires: ``{{2,}}``.

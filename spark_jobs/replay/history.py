@@ -12,24 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from spark_jobs.contracts.tables import schema_of
+from spark_jobs.replay.targets import REPLAYS
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
 
 SWITCH, ROLLBACK = "switch", "rollback"
-
-
-def replays_schema() -> StructType:
-    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
-
-    return StructType([
-        StructField("replay_id", StringType(), False), StructField("table_name", StringType(), False),
-        StructField("action", StringType(), False), StructField("shadow", StringType()),
-        StructField("version_before", LongType()), StructField("version_after", LongType()),
-        StructField("offsets", StringType()), StructField("rows", LongType()),
-        StructField("at", TimestampType(), False), StructField("rollback_until", TimestampType()),
-        StructField("run", StringType()), StructField("note", StringType()),
-    ])
 
 
 @dataclass(frozen=True)
@@ -63,5 +52,5 @@ def last_switch(replays: DataFrame, table: str) -> Entry | None:
         if r["action"] == ROLLBACK:
             return None  # the newest action undid the switch before it
         if r["action"] == SWITCH:
-            return Entry(*[r[f] for f in replays_schema().names])
+            return Entry(*[r[f] for f in schema_of(REPLAYS).names])
     return None

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.hot.windows import HOT_VIEWS
 from spark_jobs.replay.build import (
     Offsets,
@@ -50,7 +51,7 @@ from spark_jobs.replay.build import (
 )
 from spark_jobs.replay.diff import TableDiff, diff_frames
 from spark_jobs.replay.gaps import offset_gaps
-from spark_jobs.replay.history import ROLLBACK, SWITCH, Entry, last_switch, replays_schema
+from spark_jobs.replay.history import ROLLBACK, SWITCH, Entry, last_switch
 from spark_jobs.replay.targets import CDC, EVENTS, EVENTS_SILVER, HOT, REPLAYS, ReplayTarget, needs_events, shadow_name
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class Lake:
     def append_history(self, entries: Sequence[Entry]) -> None:
         from spark_jobs.table_io import append_to
 
-        append_to(self.spark.createDataFrame([e.as_row() for e in entries], replays_schema()), self.locate(REPLAYS))
+        append_to(self.spark.createDataFrame([e.as_row() for e in entries], schema_of(REPLAYS)), self.locate(REPLAYS))
         self._registered(REPLAYS)
 
     def _registered(self, name: str) -> None:

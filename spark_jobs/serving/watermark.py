@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.gold.rules import utc_date_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
 
     from spark_jobs.settings import Settings
 
@@ -35,18 +35,6 @@ WATERMARK_TABLE = "ops.serving_watermark"
 DQ_RESULTS = "ops.dq_results"
 #: The watermark before any move: every day is after it, so everything comes from the speed views.
 NO_WATERMARK = date(1, 1, 1)
-
-
-def watermark_schema() -> StructType:
-    from pyspark.sql.types import BooleanType, DateType, LongType, StringType, StructField, StructType, TimestampType
-
-    s = StringType()
-    return StructType([
-        StructField("seq", LongType(), False), StructField("watermark", DateType(), False),
-        StructField("previous", DateType()), StructField("backfill", BooleanType(), False),
-        StructField("reason", s), StructField("run_id", s), StructField("dag_id", s), StructField("task_id", s),
-        StructField("moved_at", TimestampType(), False),
-    ])
 
 
 def current_watermark_sql(table: str = WATERMARK_TABLE) -> str:
@@ -118,7 +106,7 @@ def ensure_watermark_table(spark: SparkSession, settings: Settings) -> None:
     from spark_jobs.table_io import create_table_sql, ensure_database
 
     ensure_database(spark, settings, WATERMARK_TABLE.partition(".")[0])
-    create_table_sql(spark, settings, WATERMARK_TABLE, watermark_schema(),
+    create_table_sql(spark, settings, WATERMARK_TABLE, schema_of(WATERMARK_TABLE),
                      "serving layer batch watermark: one row per move, the current one has the highest seq")
 
 
@@ -201,7 +189,7 @@ def record(spark: SparkSession, seq: int, move: Move, *, run_id: str, dag_id: st
 
     values = {"seq": seq, "watermark": move.watermark, "previous": move.previous, "backfill": move.backfill,
               "reason": move.reason, "run_id": run_id, "dag_id": dag_id, "task_id": task_id}
-    insert_if_absent(spark, table, watermark_schema(), values, "seq", {"moved_at": "current_timestamp()"})
+    insert_if_absent(spark, table, schema_of(WATERMARK_TABLE), values, "seq", {"moved_at": "current_timestamp()"})
 
 
 def move(spark: SparkSession, day: date, *, backfill: bool, run_id: str, dag_id: str, task_id: str,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -24,6 +24,20 @@ class _Environ(EnvSettingsSource):
         return {self._apply_case_sensitive(k): v for k, v in self._environ.items()}
 
 
+#: Settings an older version read, and what replaces each (an old ``.env`` fails with the fix, not silently).
+REMOVED = {
+    name: ("each live table's freshness SLO is declared in the table registry (freshness_slo_seconds in "
+           "spark_jobs/contracts/tables.py); set a different one per table with "
+           "LAKE_DQ_FRESHNESS_TABLES=<db>.<table>=<seconds>,...")
+    for name in ("LAKE_DQ_FRESHNESS_SILVER_SECONDS", "LAKE_DQ_FRESHNESS_HOT_SECONDS")
+}
+
+
+def _refuse_removed(names: Iterable[str], where: str) -> None:
+    for name in sorted(set(names) & set(REMOVED)):
+        raise SettingsError(f"{name} ({where}) is no longer a setting: {REMOVED[name]}")
+
+
 class _DotEnv(DotEnvSettingsSource):
     """``<state dir>/.env``: generated secrets and local overrides. A line that is not ``KEY=VALUE`` is an error."""
 
@@ -32,7 +46,9 @@ class _DotEnv(DotEnvSettingsSource):
             line = raw.strip()
             if line and not line.startswith("#") and "=" not in line:
                 raise SettingsError(f"{file_path}:{lineno}: expected KEY=VALUE, got {raw!r}")
-        return super()._read_env_file(file_path)
+        values = super()._read_env_file(file_path)
+        _refuse_removed((k.upper() for k in values), str(file_path))
+        return values
 
 
 def load_settings(environ: Mapping[str, str] | None = None, *, dotenv: bool = True) -> Settings:
@@ -42,6 +58,7 @@ def load_settings(environ: Mapping[str, str] | None = None, *, dotenv: bool = Tr
     trust with these (:mod:`spark_jobs.stack.service_user`); the ``.env`` is the service user's file.
     """
     env = {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith("LAKE_")}
+    _refuse_removed(env, "environment")
     unknown = sorted(set(env) - {env_name(name) for name in defaults()})
     if unknown:
         raise SettingsError(

@@ -259,14 +259,10 @@ class Settings(BaseSettings):
     dq_docs_keep: int = Field(50, description=(
         "Data Docs keeps the newest N validations per table (pages and stored results; rebuilding the index reads "
         "them all, so its cost stays bounded); the whole history stays in ops.dq_results and the trend page."))
-    dq_freshness_silver_seconds: int = Field(900, description=(
-        "Data quality freshness SLOs (expectations/*.yml, severity warn): a silver table's newest applied change (its "
-        "source commit time) must be younger than this; a hot table's newest closed window must have ended less "
-        "than its window length plus this ago."))
-    dq_freshness_hot_seconds: int = 300
     dq_freshness_tables: str = Field("", description=(
-        "Per-table freshness SLOs overriding the layer's above: <db>.<table>=<seconds>,... "
-        "(e.g. silver.products=86400)"))
+        "Per-table freshness SLOs (severity warn) overriding the ones the table registry declares "
+        "(freshness_slo_seconds in spark_jobs/contracts/tables.py: 900 for silver, 300 for hot): "
+        "<db>.<table>=<seconds>,... (e.g. silver.products=86400)"))
 
     # Airflow
     airflow_port: int = 18080
@@ -324,11 +320,6 @@ class Settings(BaseSettings):
     def dq_freshness_overrides(self) -> dict[str, int]:
         """``LAKE_DQ_FRESHNESS_TABLES`` (``silver.orders=600,hot.funnel_15m=120``) as table -> seconds."""
         return freshness_overrides(self.dq_freshness_tables)
-
-    def dq_freshness_seconds(self, table: str) -> int:
-        """The freshness SLO of ``table``: its ``LAKE_DQ_FRESHNESS_TABLES`` entry, else its layer's default."""
-        layer = self.dq_freshness_hot_seconds if table.startswith("hot.") else self.dq_freshness_silver_seconds
-        return self.dq_freshness_overrides().get(table, layer)
 
     @property
     def stream_query_list(self) -> tuple[str, ...]:
@@ -476,9 +467,6 @@ def _check_quality(s: Settings) -> None:
     freshness_overrides(s.dq_freshness_tables)
     if s.dq_docs_keep < 1:
         raise SettingsError(f"LAKE_DQ_DOCS_KEEP={s.dq_docs_keep} must be >= 1 (validations kept per table in Data Docs)")
-    if s.dq_freshness_silver_seconds < 1 or s.dq_freshness_hot_seconds < 1:
-        raise SettingsError(f"LAKE_DQ_FRESHNESS_SILVER_SECONDS={s.dq_freshness_silver_seconds} and "
-                            f"LAKE_DQ_FRESHNESS_HOT_SECONDS={s.dq_freshness_hot_seconds} must both be >= 1 (seconds)")
 
 
 def _check_kafka(s: Settings) -> None:

@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.contracts.clickstream import PROPERTY_COLUMNS
+from spark_jobs.contracts.lake_schemas import RAW_FIELDS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,14 +58,6 @@ REJECT_SCHEMA = StructType(
 
 _SPARK_TYPES: dict[str, DataType] = {"string": StringType(), "bigint": LongType(), "int": IntegerType(),
                                      "decimal(18,2)": MONEY}
-
-#: The Kafka source's columns (``timestamp`` renamed) that :func:`check_events` reads.
-RAW_FIELDS = (
-    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-    StructField("partition", IntegerType()), StructField("offset", LongType()),
-    StructField("kafka_timestamp", TimestampType()),
-)
-
 
 def checked_schema() -> StructType:
     """Output of :func:`check_events`: the raw columns, then the verdict and the typed fields of valid records."""

@@ -51,11 +51,9 @@ from spark_jobs.settings import Settings
 from spark_jobs.silver.clickstream import valid_events
 from spark_jobs.streaming.clickstream_plan import CHECKED, RAW, batch_stats, events_stream, late_flag
 from spark_jobs.streaming.common import (
-    bronze_schema,
     ensure_log_output,
     last_trigger_ms,
     log_batch,
-    quarantine_schema,
     query_id,
     read_json,
     write_json_atomic,
@@ -70,7 +68,6 @@ from spark_jobs.table_io.maintenance import Maintenance
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +124,9 @@ class EventsApp:
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
 
     def ensure_tables(self) -> None:
-        from spark_jobs.contracts.clickstream import silver_schema
-
         for db in ("bronze", "silver", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
-        create_tables(self.spark, self.settings, [
-            (BRONZE, bronze_schema()), (SILVER, silver_schema()), (QUARANTINE, quarantine_schema()),
-            (LEDGER, ledger_schema())])
+        create_tables(self.spark, self.settings, [BRONZE, SILVER, QUARANTINE, LEDGER])
         self.ledger = DriverTable(self.settings, LEDGER)
 
     # -- one micro-batch ---------------------------------------------------------------
@@ -307,20 +300,6 @@ class EventsApp:
 def _utc(value: datetime | None) -> datetime | None:
     """A timestamp collected by Spark (naive, in the driver's local time zone) -> aware UTC."""
     return None if value is None else value.astimezone(UTC)
-
-
-def ledger_schema() -> StructType:
-    from pyspark.sql.types import DoubleType, LongType, MapType, StringType, StructField, StructType, TimestampType
-
-    longs = ("batch_id", "received", "valid", "quarantined", "duplicates", "appended", "late")
-    return StructType([
-        *[StructField(n, LongType()) for n in longs],
-        StructField("watermark_before", TimestampType()), StructField("watermark_after", TimestampType()),
-        StructField("max_ingest_time", TimestampType()), StructField("hot_committed_at", TimestampType()),
-        StructField("offsets", MapType(StringType(), StringType())),
-        StructField("batch_seconds", DoubleType()), StructField("committed_at", TimestampType()),
-        StructField("step_seconds", MapType(StringType(), DoubleType())),
-    ])
 
 
 def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Callable[[DataFrame, int], DataFrame],

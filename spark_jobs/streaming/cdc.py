@@ -46,10 +46,8 @@ from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import quote_ident
 from spark_jobs.silver.cdc_columns import admit_columns, new_columns
 from spark_jobs.streaming.common import (
-    bronze_schema,
     ensure_log_output,
     log_batch,
-    quarantine_schema,
     query_id,
     read_json,
     start_kafka_query,
@@ -143,20 +141,14 @@ class CdcApp:
     # -- tables ---------------------------------------------------------------
 
     def ensure_tables(self) -> None:
-
-        from spark_jobs.contracts.shop import deleted_schema, silver_schema
-
         for db in ("bronze", "silver", "quarantine"):
             ensure_database(self.spark, self.settings, db)
         views = {r["viewName"] for r in self.spark.sql("SHOW VIEWS IN silver").collect()}
-        tables: list[tuple[str, StructType]] = []
+        tables: list[str] = []
         for contract in CDC_TABLES.values():
             self._refuse_old_layout(contract, views)
-            tables.append((contract.bronze, bronze_schema()))
-            tables.append((contract.silver, silver_schema(contract)))
-            tables.append((contract.deleted, deleted_schema(contract)))
-        tables.append((QUARANTINE, quarantine_schema()))
-        create_tables(self.spark, self.settings, tables)
+            tables += [contract.bronze, contract.silver, contract.deleted]
+        create_tables(self.spark, self.settings, [*tables, QUARANTINE])
         self._task_targets = {c.silver: target for c in CDC_TABLES.values() if (target := self._task_target(c))}
         self._bronze_targets = {c.bronze: bronze for c in CDC_TABLES.values()
                                 if (bronze := task_append(self.settings, c.bronze))}

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 Q = TypeVar("Q")
@@ -57,27 +56,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
-
-
-def bronze_schema() -> StructType:
-    """A Kafka record's columns as the source gives them (``timestamp`` renamed), then when and which day it landed."""
-    from pyspark.sql.types import DateType, StructField, StructType, TimestampType
-
-    from spark_jobs.silver.clickstream import RAW_FIELDS
-
-    return StructType([*RAW_FIELDS, StructField("ingest_time", TimestampType()), StructField("ingest_date", DateType())])
-
-
-def quarantine_schema() -> StructType:
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
-
-    return StructType([
-        StructField("stage", StringType()), StructField("topic", StringType()),
-        StructField("partition", IntegerType()), StructField("offset", LongType()),
-        StructField("kafka_timestamp", TimestampType()), StructField("key", BinaryType()),
-        StructField("value", BinaryType()), StructField("reason", StringType()), StructField("error", StringType()),
-        StructField("quarantined_at", TimestampType()),
-    ])
 
 
 def query_id(spark: SparkSession, name: str) -> str:

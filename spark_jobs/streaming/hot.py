@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from spark_jobs.contracts.clickstream import TOPIC
-from spark_jobs.hot.windows import HOT_VIEWS, apply_deltas, batch_deltas, hot_schema
+from spark_jobs.hot.windows import HOT_VIEWS, apply_deltas, batch_deltas
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.clickstream_plan import hot_stream
 from spark_jobs.streaming.common import batch_offsets, last_trigger_ms, log_batch, query_id, read_json, write_json_atomic
@@ -45,7 +45,6 @@ from spark_jobs.table_io.driver import DriverTable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +58,6 @@ LOG_BATCH_RECORDS = 20_000
 
 def hot_status_path(settings: Settings) -> Path:
     return settings.run_dir / "stream-hot-status.json"
-
-
-def hot_ledger_schema() -> StructType:
-    from pyspark.sql.types import DoubleType, LongType, MapType, StringType, StructField, StructType, TimestampType
-
-    return StructType([
-        StructField("batch_id", LongType()), StructField("received", LongType()),
-        StructField("offsets", MapType(StringType(), StringType())),
-        StructField("newest_kafka_time", TimestampType()), StructField("watermark", TimestampType()),
-        StructField("hot_committed_at", TimestampType()), StructField("batch_seconds", DoubleType()),
-        StructField("step_seconds", MapType(StringType(), DoubleType())),
-        StructField("spark_jobs", LongType()), StructField("delta_commits", LongType()),
-    ])
 
 
 class HotApp:
@@ -94,8 +80,7 @@ class HotApp:
     def ensure_tables(self) -> None:
         for db in ("hot", "ops"):
             ensure_database(self.spark, self.settings, db)
-        create_tables(self.spark, self.settings, [*[(view.table, hot_schema(view)) for view in HOT_VIEWS],
-                                                  (HOT_LEDGER, hot_ledger_schema())])
+        create_tables(self.spark, self.settings, [*[view.table for view in HOT_VIEWS], HOT_LEDGER])
         self.tables = {view.table: DriverTable(self.settings, view.table) for view in HOT_VIEWS}
         self.ledger = DriverTable(self.settings, HOT_LEDGER)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.tables import lake_table
+from spark_jobs.contracts.tables import lake_table, schema_of
 from spark_jobs.settings import Settings
 from spark_jobs.table_io import table_location
 
@@ -26,17 +26,19 @@ def properties_to_set(declared: Mapping[str, str], current: Mapping[str, str]) -
             if current.get(k) != v and not (k in TURNED_ON_BY_WRITER and current.get(k) == "true")}
 
 
-def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType,
+def create_table(spark: SparkSession, settings: Settings, name: str, schema: StructType | None = None,
                  exists: bool | None = None) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, partitioned and with the properties
-    the table registry (:mod:`spark_jobs.contracts.tables`) declares; properties missing on a table that exists
-    (one created by an older version) are set. ``exists``, when the caller listed the catalog: True skips the
-    CREATE (a no-op on an existing table that still loads its snapshot), False the check of its properties."""
+    """``CREATE TABLE IF NOT EXISTS`` a Delta table at its warehouse location, with the columns (unless ``schema``
+    is given), partitioning and properties the table registry (:mod:`spark_jobs.contracts.tables`) declares;
+    properties missing on a table that exists (one created by an older version) are set. ``exists``, when the
+    caller listed the catalog: True skips the CREATE (a no-op on an existing table that still loads its snapshot),
+    False the check of its properties."""
     from delta.tables import DeltaTable
 
     entry = lake_table(name)
     if exists is not True:
-        builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
+        columns = schema_of(name) if schema is None else schema
+        builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(columns)
                    .location(table_location(settings, name)))
         if entry.partitioned_by:
             builder = builder.partitionedBy(*entry.partitioned_by)
@@ -57,9 +59,8 @@ def catalog_tables(spark: SparkSession, databases: Sequence[str]) -> set[str]:
     return {f"{db}.{r['tableName']}" for db in databases for r in spark.sql(f"SHOW TABLES IN {db}").collect()}
 
 
-def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[tuple[str, StructType]],
-                  workers: int = 8) -> None:
-    """:func:`create_table` for each of ``tables``, a few at once.
+def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[str], workers: int = 8) -> None:
+    """:func:`create_table` for each of ``tables`` (registry names, created as declared), a few at once.
 
     A start of the streaming app ensures ~20 tables, each loading its Delta snapshot from the object store;
     one at a time, that was a large part of every (re)start after a crash (docs/benchmarks.md). The calls
@@ -67,7 +68,7 @@ def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[tupl
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    existing = catalog_tables(spark, sorted({name.partition(".")[0] for name, _ in tables}))
+    existing = catalog_tables(spark, sorted({name.partition(".")[0] for name in tables}))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="create-table") as pool:
         # list(): the first failure is raised here.
-        list(pool.map(lambda t: create_table(spark, settings, t[0], t[1], exists=t[0] in existing), tables))
+        list(pool.map(lambda name: create_table(spark, settings, name, exists=name in existing), tables))

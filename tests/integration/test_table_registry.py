@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
-from spark_jobs.contracts.tables import TABLES, lake_table
+from spark_jobs.contracts.tables import REPLAY_PREFIX, TABLES, lake_table
 from spark_jobs.settings import Settings
 from spark_jobs.stack.health import s3_client
 from spark_jobs.table_io import LAYERS
@@ -53,4 +53,11 @@ def test_every_lake_table_is_declared_with_its_layout(stack: Settings) -> None:
         assert tuple(meta.partition_columns) == entry.partitioned_by, (name, meta.partition_columns)
         missing = {k: v for k, v in entry.properties.items() if meta.configuration.get(k) != v}
         assert not missing, f"{name}: properties {missing} declared but not set ({meta.configuration})"
+        # The columns as declared (a silver CDC table, and its replayed shadow, may have gained PostgreSQL's new
+        # columns after them).
+        columns = [f.name for f in DeltaTable(table_uri(stack, name), storage_options=storage_options(stack))
+                   .schema().fields]
+        declared = entry.schema.names if entry.schema is not None else columns
+        got = columns[:len(declared)] if entry.columns_may_widen or name.startswith(REPLAY_PREFIX) else columns
+        assert got == declared, f"{name}: columns {columns}, declared {declared}"
     assert not undeclared, f"tables in the lake but not in spark_jobs/contracts/tables.py: {undeclared}"

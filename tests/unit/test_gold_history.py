@@ -12,9 +12,9 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.contracts.shop import CUSTOMERS, ORDER_ITEMS, PRODUCTS
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.gold.history import cdc_history, history_columns
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE
-from spark_jobs.streaming.common import bronze_schema
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOTES = "Nota larga " * 300
@@ -53,7 +53,7 @@ def bronze(spark: Any, records: list[tuple[dict[str, Any] | None, Any]]) -> Any:
         raw = value if isinstance(value, bytes | type(None)) else json.dumps(value).encode()
         rows.append((json.dumps(key).encode() if key is not None else None, raw, "shop.public.customers", 0, offset,
                      T0, T0, T0.date()))
-    return spark.createDataFrame(rows, bronze_schema())
+    return spark.createDataFrame(rows, schema_of("bronze.events__clickstream"))
 
 
 def cust_row(op: str, cid: int, email: str, commit: int, change: int, *, rank: int = 1, name: str = "Ana",
@@ -206,7 +206,7 @@ def test_fuzzed_bronze_never_fails_the_history_or_the_dimension(spark: Any) -> N
     pairs = [(f.key, f.value) for f in [*good, *bad, *sample(tombstone(keys, band), 5)]] + wild
     frame = spark.createDataFrame(
         [(k, v, "shop.public.customers", 0, i, T0, T0, T0.date()) for i, (k, v) in enumerate(pairs)],
-        bronze_schema())
+        schema_of("bronze.events__clickstream"))
     history = cdc_history(frame, CUSTOMERS)
     dims = dim_customers(history).collect()
     assert {(f.expected or {})["customer_id"] for f in good} <= {r.customer_id for r in dims}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.quality import checks
-from spark_jobs.quality.store import results_schema
 
 T1, T2 = datetime(2026, 11, 27, 10, tzinfo=UTC), datetime(2026, 11, 28, 10, tzinfo=UTC)
 
@@ -25,7 +25,7 @@ def results(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
 
     rows = [row("silver.orders", T1, "a", "block", False), row("silver.orders", T2, "a", "block", True),
             row("silver.orders", T2, "b", "warn", False), row("gold.it's", T2, "a", "block", False)]
-    spark.createDataFrame(rows, results_schema()).write.format("delta").saveAsTable("ut_dq_ops.dq_results")
+    spark.createDataFrame(rows, schema_of("ops.dq_results")).write.format("delta").saveAsTable("ut_dq_ops.dq_results")
     return "ut_dq_ops.dq_results"
 
 

@@ -225,7 +225,7 @@ def test_samples_are_fetched_only_for_failing_map_expectations(spark):
         True, 0, "0 unexpected", [])
 
 
-def test_freshness_slo_per_table_from_settings_overrides_the_layer(tmp_path):
+def test_freshness_slo_per_table_from_settings_overrides_the_registry(tmp_path):
     import pytest
 
     from spark_jobs.settings import SettingsError, load_settings
@@ -238,6 +238,24 @@ def test_freshness_slo_per_table_from_settings_overrides_the_layer(tmp_path):
                    "hot.sales_per_minute": "300"}
     with pytest.raises(SettingsError, match=r"LAKE_DQ_FRESHNESS_TABLES: 'silver\.orders=soon' is not"):
         load_settings({**env, "LAKE_DQ_FRESHNESS_TABLES": "silver.orders=soon"})
+    typo = load_settings({**env, "LAKE_DQ_FRESHNESS_TABLES": "silver.order=60"})
+    with pytest.raises(SettingsError, match=r"names silver\.order, which declare no freshness SLO; the tables that do: "
+                                            r"silver\.customers, "):
+        runner.query_params("silver.orders", None, NOW, typo)
+
+
+def test_the_removed_layer_freshness_settings_name_their_replacement(tmp_path):
+    import pytest
+
+    from spark_jobs.settings import SettingsError, load_settings
+
+    env = {"LAKE_STATE_DIR": str(tmp_path)}
+    with pytest.raises(SettingsError, match=r"LAKE_DQ_FRESHNESS_SILVER_SECONDS \(environment\) is no longer a setting: "
+                                            r".*LAKE_DQ_FRESHNESS_TABLES="):
+        load_settings({**env, "LAKE_DQ_FRESHNESS_SILVER_SECONDS": "900"})
+    (tmp_path / ".env").write_text("LAKE_DQ_FRESHNESS_HOT_SECONDS=300\n")
+    with pytest.raises(SettingsError, match=r"LAKE_DQ_FRESHNESS_HOT_SECONDS \(.*/\.env\) is no longer a setting"):
+        load_settings(env)
 
 
 def test_settle_seconds_fills_the_placeholder_and_must_not_be_negative():

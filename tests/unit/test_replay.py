@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.hot.windows import SALES_PER_MINUTE, hot_schema
 from spark_jobs.replay.build import events_rows, unique_checked
 from spark_jobs.replay.run import Lake, ReplayConfig, Replayer, ReplayError, ReplayReport
 from spark_jobs.replay.targets import EVENTS_SILVER, TARGETS, ReplayTarget, ReplayTargetError, resolve
 from spark_jobs.silver.cdc import parse_frame
-from spark_jobs.streaming.common import bronze_schema
 from spark_jobs.table_io.merge import apply_changes
 from tests.unit.cdc_records import KEYS, ORDERS, TOPIC, Record, change, row
 from tests.unit.event_records import enc, event
@@ -96,7 +96,7 @@ class World:
                  "kafka_timestamp": kafka_ts, "ingest_time": ingest, "ingest_date": ingest.date()}
                 for i, (k, v) in enumerate(records)]
         self.offsets[f"{name}:{partition}"] = first + len(records)
-        frame = self.spark.createDataFrame([tuple(r.values()) for r in rows], bronze_schema())
+        frame = self.spark.createDataFrame([tuple(r.values()) for r in rows], schema_of("bronze.events__clickstream"))
         frame.write.format("delta").mode("append").save(self.location(name))
         return rows
 
@@ -107,7 +107,7 @@ class World:
         for name, schema in (("silver.orders", _silver_schema()), ("silver.orders__deleted", _markers_schema())):
             if not self.lake.exists(name):
                 DeltaTable.create(self.spark).location(self.location(name)).addColumns(schema).execute()
-        raw = self.spark.createDataFrame([tuple(r.values()) for r in rows], bronze_schema()).drop(
+        raw = self.spark.createDataFrame([tuple(r.values()) for r in rows], schema_of("bronze.events__clickstream")).drop(
             "ingest_time", "ingest_date")
         changes = parse_frame(raw, _silver_schema(), KEYS).where("_error IS NULL")
         markers = self.read("silver.orders__deleted")

@@ -14,9 +14,10 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.contracts.shop import ORDER_ITEMS, ORDERS
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.gold.facts import fct_daily_funnel, fct_daily_sales, fct_orders
 from spark_jobs.serving.views import VIEWS, create_views
-from spark_jobs.serving.watermark import Move, record, watermark_schema
+from spark_jobs.serving.watermark import Move, record
 from tests.unit.test_gold_facts import DIM, EVENTS, orders_and_items
 
 D = Decimal
@@ -76,7 +77,7 @@ def lake(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     spark.createDataFrame(ORDERS_AT_GOLD_TIME, ORDERS.schema).write.format("delta").saveAsTable(name("silver.orders"))
     spark.createDataFrame(ITEMS, ORDER_ITEMS.schema).write.format("delta").saveAsTable(name("silver.order_items"))
     spark.createDataFrame(EVENT_ROWS, EVENTS).write.format("delta").saveAsTable(name("silver.events"))
-    spark.createDataFrame([], watermark_schema()).write.format("delta").saveAsTable(name("ops.serving_watermark"))
+    spark.createDataFrame([], schema_of("ops.serving_watermark")).write.format("delta").saveAsTable(name("ops.serving_watermark"))
     # gold of D1, computed by the gold transforms from silver as it is now
     build_gold(spark, D1, mode="overwrite")
     # then silver moves on: order 2 is refunded (the speed view sees it, D1's gold does not)

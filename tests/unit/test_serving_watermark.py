@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.quality.store import results_schema
+from spark_jobs.contracts.tables import schema_of
 from spark_jobs.serving.watermark import (
     NO_WATERMARK,
     current_watermark_sql,
@@ -60,11 +60,11 @@ def test_backfill_flag_moves_it_backwards_and_says_so() -> None:
 
 @pytest.fixture(scope="module")
 def ops(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from spark_jobs.serving.watermark import watermark_schema
+    from spark_jobs.contracts.tables import schema_of
 
     root = Path(tmp_path_factory.mktemp("serving_watermark"))
     spark.sql(f"CREATE DATABASE IF NOT EXISTS ut_wm_ops LOCATION '{root}'")
-    spark.createDataFrame([], watermark_schema()).write.format("delta").saveAsTable("ut_wm_ops.serving_watermark")
+    spark.createDataFrame([], schema_of("ops.serving_watermark")).write.format("delta").saveAsTable("ut_wm_ops.serving_watermark")
     return "ut_wm_ops.serving_watermark"
 
 
@@ -107,7 +107,7 @@ def test_passed_days_take_each_tables_latest_validation_and_only_block_failures_
         _result(funnel, D3, True, "block", 1, "r3"),
         _result(sales, D4, True, "block", 1, "r4"),                                              # funnel not built
     ]
-    spark.createDataFrame(rows, results_schema()).write.format("delta").saveAsTable("ut_wm_ops.dq_results")
+    spark.createDataFrame(rows, schema_of("ops.dq_results")).write.format("delta").saveAsTable("ut_wm_ops.dq_results")
     passed = passed_days(spark, (sales, funnel), None, results="ut_wm_ops.dq_results")
     assert passed == {D1, D2}
     assert passed_days(spark, (sales, funnel), D1, results="ut_wm_ops.dq_results") == {D2}
@@ -143,16 +143,17 @@ def test_the_watermark_table_is_created_in_sql_with_its_schema_and_comment(spark
     """Plain SQL (Spark Connect has no DeltaTable builder): the schema, the location and the comment; a location
     that could end the SQL literal is refused."""
     import spark_jobs.table_io as table_io
-    from spark_jobs.serving.watermark import watermark_schema
+    from spark_jobs.contracts.tables import schema_of
     from spark_jobs.settings import load_settings
 
     monkeypatch.setattr(table_io, "table_location", lambda settings, name: f"file://{tmp_path}/created")
-    table_io.create_table_sql(spark, load_settings({}), "ut_wm_ops.created", watermark_schema(), "one row per move")
+    declared = schema_of("ops.serving_watermark")
+    table_io.create_table_sql(spark, load_settings({}), "ut_wm_ops.created", declared, "one row per move")
     created = spark.table("ut_wm_ops.created")
     assert [(f.name, f.dataType, f.nullable) for f in created.schema.fields] == [
-        (f.name, f.dataType, f.nullable) for f in watermark_schema().fields]
+        (f.name, f.dataType, f.nullable) for f in schema_of("ops.serving_watermark").fields]
     detail = spark.sql("DESCRIBE DETAIL ut_wm_ops.created").first()
     assert detail["location"].endswith("/created") and detail["description"] == "one row per move"
     monkeypatch.setattr(table_io, "table_location", lambda settings, name: "file:///tmp/x' OR '1")
     with pytest.raises(ValueError, match="holds a quote or backslash"):
-        table_io.create_table_sql(spark, load_settings({}), "ut_wm_ops.other", watermark_schema(), "c")
+        table_io.create_table_sql(spark, load_settings({}), "ut_wm_ops.other", schema_of("ops.serving_watermark"), "c")

@@ -159,15 +159,36 @@ def test_declarations_name_their_mistakes() -> None:
         LakeTable("gold.x", "x", GOLD_DAG, write_mode=REPLACE_TABLE, transform="spark_jobs.gold.steps.fct_orders")
 
 
+def test_every_table_declares_its_columns_and_every_live_table_its_freshness_slo() -> None:
+    assert [t.name for t in TABLES.values() if t.schema is None] == []
+    live = registry.live_tables()
+    assert registry.freshness_slos() == {t: (300 if t.startswith("hot.") else 900) for t in live}
+    with pytest.raises(ValueError, match=r"silver.x: a table the live checks validate .* declares its "
+                                         r"freshness_slo_seconds \(> 0\), and only such a table does"):
+        LakeTable("silver.x", "x", GOLD_DAG, dq=registry.DQ_LIVE)
+    with pytest.raises(ValueError, match="and only such a table does"):
+        LakeTable("gold.x", "x", GOLD_DAG, write_mode=REPLACE_TABLE, freshness_slo_seconds=60)
+    with pytest.raises(KeyError, match=r"quarantine\.dq_gold_x declares no schema"):
+        registry.schema_of("quarantine.dq_gold_x")
+
+
+def test_ops_smoke_is_written_as_declared(spark: Any) -> None:
+    from spark_jobs.jobs.smoke import smoke_rows
+
+    written = smoke_rows(spark, "r1", 3).schema
+    assert [(f.name, f.dataType, f.nullable) for f in written.fields] == [
+        (f.name, f.dataType, f.nullable) for f in registry.schema_of("ops.smoke").fields]
+
+
 def test_every_gold_transform_returns_its_declared_schema(spark: Any) -> None:
     """The registry's gold schemas are what the transforms return, on inputs laid out as the lake's tables."""
     from spark_jobs.contracts.shop import CDC_TABLES, silver_schema
+    from spark_jobs.contracts.tables import schema_of
     from spark_jobs.jobs.gold import conform
-    from spark_jobs.streaming.common import bronze_schema
 
     frames: dict[str, DataFrame] = {"silver.events": spark.createDataFrame([], TABLES["silver.events"].schema)}
     for contract in CDC_TABLES.values():
-        frames[contract.bronze] = spark.createDataFrame([], bronze_schema())
+        frames[contract.bronze] = spark.createDataFrame([], schema_of(contract.bronze))
         frames[contract.silver] = spark.createDataFrame([], silver_schema(contract))
     from spark_jobs.jobs.gold import Interval, compute
 
@@ -180,11 +201,11 @@ def test_every_gold_transform_returns_its_declared_schema(spark: Any) -> None:
 
 
 def test_silver_events_is_created_as_the_check_outputs_it(spark: Any) -> None:
+    from spark_jobs.contracts.tables import schema_of
     from spark_jobs.silver.clickstream import checked_schema, valid_events
-    from spark_jobs.streaming.common import bronze_schema
 
-    empty = spark.createDataFrame([], StructType([*checked_schema().fields,
-                                                  StructField("ingest_time", bronze_schema()["ingest_time"].dataType)]))
+    ingest_time = schema_of("bronze.events__clickstream")["ingest_time"]
+    empty = spark.createDataFrame([], StructType([*checked_schema().fields, ingest_time]))
     written = StructType([*valid_events(empty).schema.fields, StructField("_late", BooleanType()),
                           StructField("_batch_id", LongType())])
     declared = TABLES["silver.events"].schema
