@@ -150,8 +150,9 @@ def _cdc_tables() -> list[LakeTable]:
             LakeTable(contract.silver, f"one row per live row of PostgreSQL's {contract.table}", CDC_QUERY,
                       contract.keys, (), SILVER_PROPS, MERGE_BY_POSITION, dq=DQ_LIVE, schema=silver_schema(contract),
                       freshness_slo_seconds=SILVER_FRESHNESS_S),
-            LakeTable(contract.deleted, f"one row per deleted key of {contract.table} (newest delete position)",
-                      CDC_QUERY, contract.keys, (), AUTO_COMPACT, MERGE_BY_POSITION, schema=deleted_schema(contract)),
+            # Delete markers, appended after the MERGE: a key's newest marker hides its older changes.
+            LakeTable(contract.deleted, f"one row per applied delete of {contract.table} (key, source position)",
+                      CDC_QUERY, contract.keys, (), AUTO_COMPACT, APPEND, schema=deleted_schema(contract)),
         ]
     return out
 
@@ -248,7 +249,7 @@ def lake_table(name: str) -> LakeTable:
         live = TABLES.get(f"{db}.{table}")
         if live is not None:
             return LakeTable(name, f"{live.grain} (replayed shadow of {live.name})", REPLAY, live.keys,
-                             live.partitioned_by, live.properties, schema=live.schema)
+                             live.partitioned_by, live.properties, live.write_mode, schema=live.schema)
     raise KeyError(f"{name} is not in the table registry (spark_jobs/contracts/tables.py): declare it there "
                    "with its grain, keys, partitioning, properties and writer")
 

@@ -27,6 +27,24 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _TABLE = re.compile(r"^[a-z][a-z0-9_]*(__[a-z0-9_]+)*$")
 
 
+def require_write_mode(name: str, mode: str) -> None:
+    """Refuse to write registry table ``name`` other than by its declared write mode (``mode``: the writer's).
+
+    Every writer here calls it: the stream's append-once (:mod:`.append`, :mod:`.driver`), merge-by-position
+    (:mod:`.merge`) and driver-upsert (:mod:`.driver`), and :func:`publish` for the batch modes. A name the
+    registry does not know (a unit test's temporary table) is not checked.
+    """
+    from spark_jobs.contracts.tables import lake_table
+
+    try:
+        declared = lake_table(name).write_mode
+    except KeyError:
+        return
+    if declared != mode:
+        raise ValueError(f"{name} is declared {declared} in the table registry (spark_jobs/contracts/tables.py); "
+                         f"this writer writes {mode}")
+
+
 def split_table(name: str) -> tuple[str, str]:
     """``"ops.smoke"`` -> ``("ops", "smoke")``, validating both parts."""
     db, sep, table = name.partition(".")
@@ -234,8 +252,9 @@ def publish(df: DataFrame, settings: Settings, name: str, *, predicate: str | No
     """Write a batch job's ``df`` as table ``name`` by its registry write mode (:mod:`spark_jobs.contracts.tables`):
     ``replace-partition`` replaces the rows ``predicate`` selects in its one partition column (a day's partitions),
     ``replace-table`` the whole table (``metadata``: the commit's ``userMetadata``). The streaming writes have
-    their own objects: :class:`.append.OnceAppender` (append-once), :mod:`.merge` (merge-by-position),
-    :class:`.driver.DriverTable` (driver-upsert)."""
+    their own objects, each refusing a table declared with another mode (:func:`require_write_mode`):
+    :class:`.append.OnceAppender` and :meth:`.driver.DriverTable.write_once` (append-once), :mod:`.merge`
+    (merge-by-position), :meth:`.driver.DriverTable.upsert_once` (driver-upsert)."""
     from spark_jobs.contracts.tables import REPLACE_PARTITION, REPLACE_TABLE, lake_table
 
     table = lake_table(name)

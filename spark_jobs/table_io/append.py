@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from spark_jobs.contracts.tables import APPEND
 from spark_jobs.settings import Settings
-from spark_jobs.table_io import table_location
+from spark_jobs.table_io import require_write_mode, table_location
 from spark_jobs.table_io.driver import HISTORY, batch_marker
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class OnceAppender:
 
     def append(self, frame: DataFrame, table: str, app_id: str, batch_id: int) -> bool:
         """Append ``frame`` to ``table`` for ``batch_id`` unless it landed already; True if written."""
+        require_write_mode(table, APPEND)
         marker = batch_marker(app_id, table, batch_id)
         location = table_location(self.settings, table)
         writer = frame.write.format("delta").mode("append").option("userMetadata", marker)

@@ -26,8 +26,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from spark_jobs.contracts.tables import APPEND, DRIVER_UPSERT
 from spark_jobs.settings import Settings
-from spark_jobs.table_io import table_location
+from spark_jobs.table_io import require_write_mode, table_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -125,6 +126,7 @@ class DriverTable:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
+        require_write_mode(self.name, APPEND)
         txn, marker = self.txn(app_id), batch_marker(app_id, self.name, batch_id)
         if self.committed(app_id, batch_id):
             return False
@@ -143,6 +145,7 @@ class DriverTable:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction
 
+        require_write_mode(self.name, DRIVER_UPSERT)
         txn = self.txn(app_id)
         if self.committed(app_id, batch_id):
             return False

@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
+from spark_jobs.contracts.tables import MERGE_BY_POSITION
 from spark_jobs.silver.cdc import UNAVAILABLE_VALUE, newest_changes, quote_ident, toastable_columns
 from spark_jobs.silver.cdc_columns import POSITION_COLUMNS, SILVER_METADATA_COLUMNS
+from spark_jobs.table_io import require_write_mode
+from spark_jobs.table_io.driver import DriverTable, TaskAppend
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from delta.tables import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
-
-    from spark_jobs.table_io.driver import DriverTable, TaskAppend
 
 
 def quote_sql(name: str) -> str:
@@ -283,6 +284,7 @@ def merge_once(table: DriverTable, source: pa.Table, keys: Sequence[str], toasta
     import pyarrow.compute as pc
     from deltalake import CommitProperties, Transaction
 
+    require_write_mode(table.name, MERGE_BY_POSITION)
     txn = table.txn(app_id)
     if table.committed(app_id, batch_id):
         return None

@@ -211,3 +211,32 @@ def test_silver_events_is_created_as_the_check_outputs_it(spark: Any) -> None:
     declared = TABLES["silver.events"].schema
     assert declared is not None
     assert [(f.name, f.dataType) for f in declared.fields] == [(f.name, f.dataType) for f in written.fields]
+
+
+def test_every_writer_refuses_a_table_declared_with_another_write_mode(tmp_path: Path) -> None:
+    """The registry's write mode decides: the append-once, driver-upsert and merge-by-position writers refuse a
+    table declared otherwise before writing anything; names outside the registry (tests' tables) pass."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from spark_jobs.table_io import require_write_mode
+    from spark_jobs.table_io.append import OnceAppender
+    from spark_jobs.table_io.driver import DriverTable
+    from spark_jobs.table_io.merge import merge_once
+
+    assert TABLES["silver.orders__deleted"].write_mode == registry.APPEND  # markers are appended
+    require_write_mode("bronze.shop__public__orders", registry.APPEND)
+    require_write_mode("default.scratch", registry.DRIVER_UPSERT)
+    with pytest.raises(ValueError, match=r"silver\.orders is declared merge-by-position .*; this writer writes "
+                                         r"append-once"):
+        OnceAppender(cast(Any, None)).append(cast(Any, None), "silver.orders", "app", 1)
+    write_deltalake(str(tmp_path), pa.table({"window_start": pa.array([1], pa.int64())}))
+    hot = DriverTable(None, "hot.sales_per_minute", uri=str(tmp_path))
+    with pytest.raises(ValueError, match=r"hot\.sales_per_minute is declared driver-upsert .* writes append-once"):
+        hot.write_once([{"window_start": 2}], "app", 1, "append")
+    ledger = DriverTable(None, "ops.stream_hot_ledger", uri=str(tmp_path))
+    with pytest.raises(ValueError, match=r"ops\.stream_hot_ledger is declared append-once .* writes driver-upsert"):
+        ledger.upsert_once([{"window_start": 2}], "window_start", "app", 1)
+    with pytest.raises(ValueError, match=r"hot\.sales_per_minute is declared driver-upsert .* merge-by-position"):
+        merge_once(hot, pa.table({"window_start": [3]}), ["window_start"], [], "app", 1)
+    assert hot.read().num_rows == 1  # nothing was written
