@@ -47,7 +47,12 @@ class _DotEnv(DotEnvSettingsSource):
             if line and not line.startswith("#") and "=" not in line:
                 raise SettingsError(f"{file_path}:{lineno}: expected KEY=VALUE, got {raw!r}")
         values = super()._read_env_file(file_path)
-        _refuse_removed((k.upper() for k in values), str(file_path))
+        keys = {k.upper() for k in values}
+        _refuse_removed(keys, str(file_path))
+        unknown = sorted({k for k in keys if k.startswith("LAKE_")} - {env_name(name) for name in defaults()})
+        if unknown:
+            raise SettingsError(f"{file_path}: unknown setting(s) {', '.join(unknown)}; the valid names are listed "
+                                "in .env.example")
         return values
 
 

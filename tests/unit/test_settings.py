@@ -112,6 +112,17 @@ def test_malformed_env_file_names_file_and_line(tmp_path: Path) -> None:
         load_settings({"LAKE_STATE_DIR": str(tmp_path)})
 
 
+def test_a_misspelt_setting_in_the_env_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """As in the environment: a LAKE_ key the model does not know is a typo, not something to ignore; other keys
+    (another tool's) are left alone."""
+    (tmp_path / ".env").write_text("OTHER_TOOL=1\nLAKE_PG_PORT=1\nLAKE_EVENTS_TRIGER_SECONDS=2\n")
+    with pytest.raises(SettingsError, match=r"/\.env: unknown setting\(s\) LAKE_EVENTS_TRIGER_SECONDS; the valid "
+                                            r"names are listed in \.env\.example"):
+        load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    (tmp_path / ".env").write_text("OTHER_TOOL=1\nLAKE_PG_PORT=1\n")
+    assert load_settings({"LAKE_STATE_DIR": str(tmp_path)}).pg_port == 1
+
+
 def test_settings_are_frozen(tmp_path: Path) -> None:
     s = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
     with pytest.raises(ValueError, match="frozen"):
