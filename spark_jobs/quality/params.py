@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.tables import TABLES, freshness_slos
+from spark_jobs.contracts.tables import freshness_slos
 
 if TYPE_CHECKING:
     from spark_jobs.settings import Settings
@@ -38,8 +38,7 @@ def freshness_slo(table: str, settings: Settings) -> int:
     if unknown:
         raise SettingsError(f"LAKE_DQ_FRESHNESS_TABLES names {', '.join(unknown)}, which declare no freshness SLO; "
                             f"the tables that do: {', '.join(declared)}")
-    entry = TABLES.get(table)
-    return overrides.get(table, entry.freshness_slo_seconds if entry else 0)
+    return overrides.get(table, declared.get(table, 0))
 
 
 def query_params(table: str, interval: tuple[datetime, datetime] | None, now: datetime,

@@ -33,9 +33,16 @@ REMOVED = {
 }
 
 
-def _refuse_removed(names: Iterable[str], where: str) -> None:
-    for name in sorted(set(names) & set(REMOVED)):
-        raise SettingsError(f"{name} ({where}) is no longer a setting: {REMOVED[name]}")
+def _refuse_unknown(names: Iterable[str], file: Path | None = None) -> None:
+    """A ``LAKE_`` name the model does not know, from the environment or ``file`` (``.env``), is an error: a
+    removed setting names its replacement, any other the list of valid names."""
+    names = {n for n in names if n.startswith("LAKE_")}
+    for name in sorted(names & set(REMOVED)):
+        raise SettingsError(f"{name} ({file or 'environment'}) is no longer a setting: {REMOVED[name]}")
+    unknown = sorted(names - {env_name(name) for name in defaults()})
+    if unknown:
+        raise SettingsError(f"{f'{file}: ' if file else ''}unknown setting(s) {', '.join(unknown)}; the valid names "
+                            "are listed in .env.example")
 
 
 class _DotEnv(DotEnvSettingsSource):
@@ -47,12 +54,7 @@ class _DotEnv(DotEnvSettingsSource):
             if line and not line.startswith("#") and "=" not in line:
                 raise SettingsError(f"{file_path}:{lineno}: expected KEY=VALUE, got {raw!r}")
         values = super()._read_env_file(file_path)
-        keys = {k.upper() for k in values}
-        _refuse_removed(keys, str(file_path))
-        unknown = sorted({k for k in keys if k.startswith("LAKE_")} - {env_name(name) for name in defaults()})
-        if unknown:
-            raise SettingsError(f"{file_path}: unknown setting(s) {', '.join(unknown)}; the valid names are listed "
-                                "in .env.example")
+        _refuse_unknown((k.upper() for k in values), file_path)
         return values
 
 
@@ -63,12 +65,7 @@ def load_settings(environ: Mapping[str, str] | None = None, *, dotenv: bool = Tr
     trust with these (:mod:`spark_jobs.stack.service_user`); the ``.env`` is the service user's file.
     """
     env = {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith("LAKE_")}
-    _refuse_removed(env, "environment")
-    unknown = sorted(set(env) - {env_name(name) for name in defaults()})
-    if unknown:
-        raise SettingsError(
-            f"unknown setting(s) {', '.join(unknown)}; the valid names are listed in .env.example"
-        )
+    _refuse_unknown(env)
     # The state dir locates .env, so it comes from the environment alone.
     state_dir = Path(env.get("LAKE_STATE_DIR", defaults()["state_dir"])).expanduser().resolve()
     env["LAKE_STATE_DIR"] = str(state_dir)

@@ -30,9 +30,9 @@ _TABLE = re.compile(r"^[a-z][a-z0-9_]*(__[a-z0-9_]+)*$")
 def require_write_mode(name: str, mode: str) -> None:
     """Refuse to write registry table ``name`` other than by its declared write mode (``mode``: the writer's).
 
-    Every writer here calls it: the stream's append-once (:mod:`.append`, :mod:`.driver`), merge-by-position
-    (:mod:`.merge`) and driver-upsert (:mod:`.driver`), and :func:`publish` for the batch modes. A name the
-    registry does not know (a unit test's temporary table) is not checked.
+    The stream's writers call it: append-once (:mod:`.append`, :mod:`.driver`), merge-by-position (:mod:`.merge`)
+    and driver-upsert (:mod:`.driver`); :func:`publish` picks the batch write from the declared mode instead. A
+    name the registry does not know (a unit test's temporary table) is not checked.
     """
     from spark_jobs.contracts.tables import lake_table
 
