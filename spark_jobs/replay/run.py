@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 EVENTS_LEDGER = "ops.stream_events_ledger"
 HOT_LEDGER = "ops.stream_hot_ledger"
 #: The streaming query that writes each kind of target (its owner lock is held during a switch).
-QUERIES = {CDC: "lake_cdc", EVENTS: "lake_events", HOT: "lake_events_hot"}
+QUERIES = {CDC: "lake_cdc", EVENTS: "lake_events", HOT: "lake_events"}  # the events query writes the hot tables too
 
 
 class ReplayError(RuntimeError):

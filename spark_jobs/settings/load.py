@@ -30,7 +30,9 @@ REMOVED = {
            "spark_jobs/contracts/tables.py); set a different one per table with "
            "LAKE_DQ_FRESHNESS_TABLES=<db>.<table>=<seconds>,...")
     for name in ("LAKE_DQ_FRESHNESS_SILVER_SECONDS", "LAKE_DQ_FRESHNESS_HOT_SECONDS")
-}
+} | {"LAKE_EVENTS_ARCHIVE_TRIGGER_SECONDS": (
+    "the hot tables and the archive are one events query (lake_events) since one read, check and de-duplication "
+    "feeds both; its trigger is LAKE_EVENTS_TRIGGER_SECONDS")}
 
 
 def _refuse_unknown(names: Iterable[str], file: Path | None = None) -> None:

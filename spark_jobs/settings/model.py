@@ -232,11 +232,8 @@ class Settings(BaseSettings):
     events_max_offsets_per_trigger: int = Field(200000, description=(
         "Events query: batch bound, trigger interval, event-time watermark (late beyond it: kept, counted, "
         "not windowed)"))
-    events_trigger_seconds: int = Field(1, description="Trigger interval of the hot query (lake_events_hot)")
-    events_archive_trigger_seconds: int = Field(5, description=(
-        "Trigger interval of the events archive query (lake_events: bronze, silver.events, quarantine, ledger): "
-        "longer than the hot query's, so its fixed per-batch cost (three Delta commits, state store, offset log) "
-        "is paid less often and leaves the cores to the hot path"))
+    events_trigger_seconds: int = Field(1, description=(
+        "Trigger interval of the events query (lake_events: the hot tables, then bronze, silver.events, quarantine)"))
     events_watermark_minutes: int = 10
     events_state_partitions: int = Field(2, description=(
         "Partitions of the events query's de-duplication state (one RocksDB instance each). Fixed in the query's "
@@ -457,10 +454,9 @@ def _check_streaming(s: Settings) -> None:
     if unknown_queries or not s.stream_query_list:
         raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "
                             f"{','.join(STREAM_QUERIES)} (unknown: {','.join(unknown_queries) or 'none given'})")
-    if (s.events_max_offsets_per_trigger < 1 or s.events_trigger_seconds < 0 or s.events_archive_trigger_seconds < 0
-            or s.events_watermark_minutes < 1):
+    if s.events_max_offsets_per_trigger < 1 or s.events_trigger_seconds < 0 or s.events_watermark_minutes < 1:
         raise SettingsError("LAKE_EVENTS_MAX_OFFSETS_PER_TRIGGER and LAKE_EVENTS_WATERMARK_MINUTES must be >= 1, "
-                            "LAKE_EVENTS_TRIGGER_SECONDS and LAKE_EVENTS_ARCHIVE_TRIGGER_SECONDS >= 0")
+                            "LAKE_EVENTS_TRIGGER_SECONDS >= 0")
 
 
 def _check_quality(s: Settings) -> None:

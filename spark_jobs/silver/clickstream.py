@@ -73,10 +73,9 @@ def checked_schema() -> StructType:
     ])
 
 
-def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = (),
-                   columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (runs in the executors' Python workers): one contract validator per worker
-    process; only ``columns`` of the verdict go back to the JVM (all by default), the ``keep`` columns unchanged."""
+    process; the verdict and the ``keep`` columns unchanged go back to the JVM."""
     import pyarrow as pa
 
     from spark_jobs.silver.clickstream_arrow import check_records, contract_check
@@ -86,14 +85,12 @@ def _check_batches(batches: Iterator[pa.RecordBatch], keep: Sequence[str] = (),
         if batch.num_rows:
             table = pa.Table.from_batches([batch])
             out = check_records(table, contract)
-            if columns is not None:
-                out = out.select(list(columns))
             for name in keep:
                 out = out.append_column(name, table.column(name))
             yield from out.to_batches()
 
 
-def check_events(records: DataFrame, keep: Sequence[str] = (), columns: Sequence[str] | None = None) -> DataFrame:
+def check_events(records: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     """Raw records -> the same rows with the contract's verdict and typed fields (``checked_schema``).
 
     In: ``key``, ``value`` (binary), ``topic``, ``partition`` int, ``offset``
@@ -102,17 +99,13 @@ def check_events(records: DataFrame, keep: Sequence[str] = (), columns: Sequence
     dropped. Grain: one row per record. ``_reason`` is NULL for a valid
     record, else one code of ``spark_jobs.contracts.clickstream.REASONS``, with
     ``_error`` naming the field. Works on streaming frames too (no state).
-    ``columns`` narrows the output to those of ``checked_schema`` (the hot query takes five fields and the
-    verdict: less to hand back from the Python workers).
     """
     if "kafka_timestamp" not in records.columns:
         records = records.withColumnRenamed("timestamp", "kafka_timestamp")
     raw = records.select(*[f.name for f in RAW_FIELDS], *keep)
     out = checked_schema()
-    fields = out.fields if columns is None else [out[name] for name in columns]
-    schema = StructType([*fields, *[raw.schema[name] for name in keep]])
-    return raw.mapInArrow(partial(_check_batches, keep=tuple(keep), columns=None if columns is None else
-                                  tuple(columns)), schema)
+    schema = StructType([*out.fields, *[raw.schema[name] for name in keep]])
+    return raw.mapInArrow(partial(_check_batches, keep=tuple(keep)), schema)
 
 
 def silver_columns() -> list[str]:

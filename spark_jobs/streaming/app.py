@@ -2,11 +2,10 @@
 
 * ``lake_cdc`` (``spark_jobs.streaming.cdc``): Debezium topics -> ``bronze.<topic>``
   -> ``silver.<table>`` (CDC MERGE) + ``quarantine.cdc``;
-* ``lake_events_hot`` (``spark_jobs.streaming.hot``): ``events.clickstream`` -> ``hot.*`` windows +
-  ``ops.stream_hot_ledger``: one Spark job and a driver commit per batch, in the ``hot`` scheduler pool;
-* ``lake_events`` (``spark_jobs.streaming.archive``): ``events.clickstream`` ->
-  ``bronze.events__clickstream`` + ``silver.events`` + ``quarantine.events`` + ``ops.stream_events_ledger``,
-  in the ``archive`` pool.
+* ``lake_events`` (``spark_jobs.streaming.archive``): ``events.clickstream``, read, checked and de-duplicated
+  once per batch -> first the ``hot.*`` windows + ``ops.stream_hot_ledger`` (:mod:`spark_jobs.streaming.hot`),
+  then ``bronze.events__clickstream`` + ``silver.events`` + ``quarantine.events`` + ``ops.stream_events_ledger``,
+  in the ``hot`` scheduler pool.
 
 The engine (heap, pools, partitions) is configured from settings by :mod:`spark_jobs.streaming.engine`.
 
@@ -61,17 +60,16 @@ def run(settings: Settings) -> int:
 
 
 def query_names(settings: Settings) -> list[str]:
-    """The streaming queries ``LAKE_STREAM_QUERIES`` runs: ``cdc`` is ``lake_cdc``; ``events`` is the hot query
-    ``lake_events_hot`` and the archive query ``lake_events``."""
-    names = [f"lake_{q}" for q in settings.stream_query_list]
-    return [*names, "lake_events_hot"] if "events" in settings.stream_query_list else names
+    """The streaming queries ``LAKE_STREAM_QUERIES`` runs: ``cdc`` is ``lake_cdc``, ``events`` is ``lake_events``
+    (the hot tables and the archive)."""
+    return [f"lake_{q}" for q in settings.stream_query_list]
 
 
 def _run(settings: Settings) -> int:
     from spark_jobs.jars import build_java_classes, spark_extra_jars, stream_jar
     from spark_jobs.session import build_session, stream_ports_conf
     from spark_jobs.streaming import archive as events
-    from spark_jobs.streaming import cdc, hot
+    from spark_jobs.streaming import cdc
     from spark_jobs.streaming.engine import stream_conf
 
     build_java_classes(settings)  # done by `lake stack up`; a check here (the jar holds the events' dedup operator)
@@ -88,7 +86,6 @@ def _run(settings: Settings) -> int:
     if "cdc" in settings.stream_query_list:
         queries.append(cdc.start(spark, settings))
     if "events" in settings.stream_query_list:
-        queries.append(hot.start(spark, settings))  # the speed layer's own query, in the hot pool
         queries.append(events.start(spark, settings))
     for query in queries:
         log.info("lake stream: query %s (%s) running", query.name, query.id)

@@ -1,9 +1,9 @@
-"""The events archive query ``lake_events``: ``events.clickstream`` -> bronze, silver, quarantine, ledger.
+"""The events query ``lake_events``: ``events.clickstream`` -> the hot tables, then bronze, silver, quarantine, ledger.
 
-The hot tables have their own query (:mod:`spark_jobs.streaming.hot`, ``lake_events_hot``); this one lands the
-durable copies in the ``archive`` scheduler pool, so its writes never delay a hot commit. Every per-record step
-runs in Spark tasks; the driver plans, commits and keeps a few values (the last batch id, the watermark shown by
-``lake stream status``).
+One read, contract check and de-duplication per micro-batch feeds both the speed layer's hot tables
+(:mod:`spark_jobs.streaming.hot`, committed first, right after the batch's first job) and the durable archive
+(appended after them), in the ``hot`` scheduler pool. Every per-record step runs in Spark tasks; the driver plans,
+commits and keeps a few values (the last batch id, the watermark shown by ``lake stream status``).
 
 The plan up to ``foreachBatch`` (one Kafka read per micro-batch, raw and
 checked branches, state-store de-duplication) is :mod:`spark_jobs.streaming.clickstream_plan`.
@@ -14,17 +14,20 @@ persisted batch:
 1. one Spark job reads, checks and de-duplicates the batch (cached for the
    writes) and counts it per Kafka partition (received, offsets, unique valid,
    rejects, late, newest Kafka time); only these rows reach the driver;
-2. ``_late``: an event that reached Kafka more than ``LAKE_EVENTS_WATERMARK_MINUTES``
-   after its event time (:func:`~spark_jobs.streaming.clickstream_plan.late_flag`,
-   the same rule the hot query applies) is kept in silver, flagged;
-3. Spark appends bronze (every record), silver (the unique valid events) and
+2. the hot tables (:meth:`~spark_jobs.streaming.hot.HotWriter.commit`): one small job over the cached batch
+   aggregates it per hot window, the driver commits the changed windows (delta-rs) and the batch's
+   ``ops.stream_hot_ledger`` row;
+3. ``_late``: an event that reached Kafka more than ``LAKE_EVENTS_WATERMARK_MINUTES``
+   after its event time (:func:`~spark_jobs.streaming.clickstream_plan.late_flag`) is kept in silver, flagged,
+   and counted in its hot window's ``late_events``, never in its metrics;
+4. Spark appends bronze (every record), silver (the unique valid events) and
    quarantine (rejects with raw bytes, reason, detail, coordinates), side by
    side, skipping a table the batch has no row for;
-4. the driver appends the batch's ledger row to ``ops.stream_events_ledger``
+5. the driver appends the batch's ledger row to ``ops.stream_events_ledger``
    (with the batch's Spark jobs and Delta commits beside its step seconds).
 
-Exactly-once: a batch already in the ledger is skipped whole; otherwise every
-append lands at most once (``table_io.append.OnceAppender``: a commit marker per
+Exactly-once: a batch already in the ledger is skipped whole; otherwise every hot commit (a Delta transaction
+per table and batch) and every append lands at most once (``table_io.append.OnceAppender``: a commit marker per
 table and batch, checked on the first batch after a start). A batch re-run after a
 crash sees the same records, the same de-duplication state (the state store
 is versioned with the checkpoint) and the same ingest time (the batch
@@ -58,7 +61,8 @@ from spark_jobs.streaming.common import (
     read_json,
     write_json_atomic,
 )
-from spark_jobs.streaming.engine import ARCHIVE, BatchJobs
+from spark_jobs.streaming.engine import HOT, BatchJobs
+from spark_jobs.streaming.hot import HotWriter
 from spark_jobs.table_io import ensure_database
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
@@ -90,6 +94,11 @@ STATE_STORE_CONF = {
     # (Spark 4.1 TransformWithStateExecBase.shouldRunAnotherBatch): without this an idle query runs an empty batch
     # per trigger. Expired ids are evicted by the next batch with data instead.
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # RocksDB counts its rows by reading each key before every put and remove (a get per update, two per expired
+    # id: the value and its TTL index entry); the de-duplication's state ops were the largest part of an events
+    # task (jstack samples). Off: the status shows no id count (docs/benchmarks.md, "One read for the hot tables and
+    # the archive").
+    "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
 }
 #: File under ``<run dir>/failpoints/`` that holds a batch after its count, before its appends (tests only:
 #: the crash test kills the driver there, see ``_hold_if_asked``).
@@ -122,12 +131,14 @@ class EventsApp:
         self.maintenance = Maintenance(spark, settings, QUERY, [BRONZE, SILVER, QUARANTINE])
         self.appender = OnceAppender(settings)
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
+        self.hot = HotWriter(spark, settings)
 
     def ensure_tables(self) -> None:
         for db in ("bronze", "silver", "quarantine", "ops"):
             ensure_database(self.spark, self.settings, db)
         create_tables(self.spark, self.settings, [BRONZE, SILVER, QUARANTINE, LEDGER])
         self.ledger = DriverTable(self.settings, LEDGER)
+        self.hot.ensure_tables()
 
     # -- one micro-batch ---------------------------------------------------------------
 
@@ -146,7 +157,7 @@ class EventsApp:
             frame.write.format("noop").mode("overwrite").save()
             return
         started = time.monotonic()
-        jobs = BatchJobs(self.spark, QUERY, batch_id, ARCHIVE)
+        jobs = BatchJobs(self.spark, QUERY, batch_id, HOT)
         jobs.enter()
         steps: dict[str, float] = {}
         app_id = query_id(self.spark, QUERY)
@@ -165,6 +176,12 @@ class EventsApp:
                 return
             ingest_time = max(r["ingest_time"] for r in stats).astimezone(UTC)
             totals = {k: sum(int(r[k]) for r in stats) for k in ("received", "appended", "quarantined", "late")}
+            # The hot tables first, from the cached batch (one small job and the driver's commits), then the archive.
+            t = time.monotonic()
+            spans = {int(r["partition"]): (int(r["first_offset"]), int(r["last_offset"]) + 1) for r in stats
+                     if r["received"]}
+            hot_committed = self.hot.commit(valid, spans, app_id, batch_id, jobs)
+            steps["hot"] = time.monotonic() - t
             self._hold_if_asked(batch_id, HOLD_BEFORE_APPEND_FAILPOINT, "counted, holding before the appends")
             t = time.monotonic()
             self._append(frame, valid, checked, app_id, batch_id, totals, jobs)
@@ -181,7 +198,7 @@ class EventsApp:
             "batch_id": batch_id, **totals, "valid": totals["received"] - totals["quarantined"],
             "duplicates": totals["received"] - totals["appended"] - totals["quarantined"],
             "watermark_before": watermark_before, "watermark_after": self.watermark,
-            "max_ingest_time": ingest_time, "hot_committed_at": None,
+            "max_ingest_time": ingest_time, "hot_committed_at": hot_committed,
             "offsets": {str(r["partition"]): f"{r['first_offset']}-{r['last_offset']}" for r in stats
                         if r["received"]},
             "batch_seconds": time.monotonic() - started,
@@ -274,13 +291,13 @@ class EventsApp:
         write_json_atomic(events_status_path(self.settings), self.progress)
 
     def _state_metrics(self) -> dict[str, Any] | None:
-        """The de-duplication state as of the previous batch (Spark's query progress): ids held, memory,
-        partitions, and whether RocksDB holds it."""
+        """The de-duplication state as of the previous batch (Spark's query progress): memory, partitions, and
+        whether RocksDB holds it (not the ids held: RocksDB does not count its rows, see ``STATE_STORE_CONF``)."""
         for query in self.spark.streams.active:
             if query.name == QUERY and query.lastProgress:
                 for op in query.lastProgress.get("stateOperators", []):
                     metrics = op.get("customMetrics", {})
-                    return {"rows": op.get("numRowsTotal"), "memory_bytes": op.get("memoryUsedBytes"),
+                    return {"memory_bytes": op.get("memoryUsedBytes"),
                             "partitions": op.get("numShufflePartitions"),
                             "rocksdb": any(k.startswith("rocksdb") for k in metrics),
                             "dropped_duplicates": metrics.get("numDroppedDuplicateRows")}
@@ -350,5 +367,4 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
     app = EventsApp(spark, settings)
     app.ensure_tables()
-    return start_on_topic(spark, settings, QUERY, events_stream, app.process, ARCHIVE,
-                          settings.events_archive_trigger_seconds)
+    return start_on_topic(spark, settings, QUERY, events_stream, app.process, HOT, settings.events_trigger_seconds)

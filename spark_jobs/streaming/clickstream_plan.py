@@ -90,31 +90,6 @@ def late_flag(watermark_minutes: int) -> Column:
     return F.col("_event_time") < F.col("kafka_timestamp") - F.expr(f"INTERVAL {int(watermark_minutes)} MINUTES")
 
 
-#: The hot query's columns of the contract's verdict (:func:`hot_stream`): what the windows and the freshness need.
-HOT_CHECK_COLUMNS = ("kafka_timestamp", "_reason", "_event_id", "_event_type", "_user_id", "_event_time",
-                     "_p_revenue")
-
-
-def hot_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
-    """The hot query's plan up to ``foreachBatch``: what the windows need and nothing else.
-
-    One scan of the Kafka range (no raw branch: the batch's offsets come from the query's offset log,
-    :func:`spark_jobs.streaming.common.batch_offsets`): the contract checked on the executors with only the
-    window fields handed back (``_event_type``, ``_user_id``, ``_event_time``, ``_p_revenue``, ``_late`` and the
-    record's ``kafka_timestamp``), the valid events de-duplicated by ``event_id`` in the state store with the same
-    horizon as the archive query (a narrow state: the id and these few fields).
-    """
-    from pyspark.sql import functions as F
-
-    stamped = source.withColumnRenamed("timestamp", "kafka_timestamp").withColumn(
-        "_ingest_time", F.current_timestamp())
-    valid = (check_events(stamped, keep=["_ingest_time"], columns=HOT_CHECK_COLUMNS)
-             .where(F.col("_reason").isNull())
-             .select("_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue", "kafka_timestamp",
-                     "_ingest_time", late_flag(watermark_minutes).alias("_late")))
-    return first_seen(valid, "_event_id", watermark_minutes)
-
-
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
     """Per Kafka partition of a batch (:func:`events_stream` rows): received, first/last offset, unique valid,
     quarantined, late, newest Kafka time, ingest time. One small row per partition."""

@@ -82,24 +82,6 @@ def last_trigger_ms(spark: SparkSession, name: str) -> dict[str, int] | None:
     return None
 
 
-def batch_offsets(spark: SparkSession, checkpoint: str, batch_id: int, topic: str) -> dict[int, tuple[int, int]]:
-    """``partition -> (first offset, end offset)`` of ``topic`` that micro-batch ``batch_id`` reads (end exclusive),
-    from the query's own offset log: what Spark itself committed to read, at the cost of two small reads by the
-    driver instead of a second scan of the Kafka range. The start is the previous batch's end (or the source's
-    initial offsets for a query's first batch); a partition the batch does not read is left out."""
-    end = _offset_json(read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id}"), topic)
-    previous = read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id - 1}") if batch_id > 0 else None
-    if previous is None:
-        previous = read_checkpoint_file(spark, f"{checkpoint}/sources/0/0")
-    start = _offset_json(previous, topic)
-    out = {}
-    for partition, until in end.items():
-        first = start.get(partition, 0)
-        if until > first:
-            out[partition] = (first, until)
-    return out
-
-
 def read_checkpoint_file(spark: SparkSession, path: str) -> str | None:
     """A small checkpoint file's text (Hadoop FS, the checkpoint's own store), None if absent."""
     jvm = spark._jvm
@@ -126,22 +108,6 @@ def write_checkpoint_file(spark: SparkSession, path: str, text: str) -> None:
         stream.write(bytearray(text.encode()))
     finally:
         stream.close()
-
-
-def _offset_json(text: str | None, topic: str) -> dict[int, int]:
-    """``partition -> offset`` of ``topic`` in an offset-log or source-log file (a version line, metadata, one JSON
-    line per source; Kafka's initial-offsets file starts with a zero byte)."""
-    for line in (text or "").replace("\x00", "").splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get(topic), dict):
-            return {int(p): int(o) for p, o in doc[topic].items()}
-    return {}
 
 
 #: Kafka consumer ``fetch.max.wait.ms`` of the streaming queries (see ``start_kafka_query``).

@@ -135,53 +135,6 @@ def test_late_flag_is_the_records_own_arrival_delay(spark: Any) -> None:
     assert flags == [False, True, False]
 
 
-def test_the_hot_plan_carries_narrow_unique_valid_events_only(spark: Any, state_store: None,
-                                                               tmp_path: Path) -> None:
-    """The hot query's plan (events_plan.hot_stream): one scan of the source (no second branch), valid events
-    once (a re-send in a later batch dropped by the state store), no raw bytes and no rejects."""
-    from spark_jobs.streaming.clickstream_plan import hot_stream
-
-    inbox = tmp_path / "in"
-    inbox.mkdir()
-    batches: list[list[dict[str, Any]]] = []
-    source = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inbox))
-    query = (hot_stream(source, 10).writeStream.foreachBatch(lambda f, _b: batches.append([r.asDict() for r in
-                                                                                          f.collect()]))
-             .option("checkpointLocation", str(tmp_path / "cp")).start())
-    try:
-        a, b = _ids(2)
-        for n, records in enumerate([[(0, 0, _event(a, 1)), (0, 1, b"not json")], [(0, 2, _event(a, 1)),
-                                                                                   (1, 0, _event(b, 2))]]):
-            kafka = [(b"k", v, "events.clickstream", p, o, T0.replace(tzinfo=None)) for p, o, v in records]
-            staged = tmp_path / f"staged{n}"
-            spark.createDataFrame(kafka, KAFKA_SCHEMA).coalesce(1).write.parquet(str(staged))
-            for part in staged.glob("part-*.parquet"):
-                part.rename(inbox / f"b{n}-{part.name}")
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    checked = [r for batch in batches for r in batch]
-    assert sorted(r["_event_id"] for r in checked) == [a, b]  # a's re-send dropped, the reject not carried
-    assert all(r["_late"] is False for r in checked)
-    assert set(checked[0]) == {"_event_id", "_event_type", "_user_id", "_event_time", "_p_revenue",
-                               "kafka_timestamp", "_ingest_time", "_late"}
-    plan = hot_stream(source, 10)._jdf.queryExecution().analyzed().toString()
-    assert plan.count("StreamingRelation") == 1  # the Kafka range is read once per batch
-
-
-def test_batch_offsets_come_from_the_query_s_offset_log(tmp_path: Path) -> None:
-    """streaming.common._offset_json reads Spark's offset-log and Kafka initial-offsets files (formats as Spark
-    4.1 writes them: a version line, metadata, one JSON line per source; the source file starts with a 0 byte)."""
-    from spark_jobs.streaming.common import _offset_json
-
-    log = ('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"a":"b"}}\n'
-           '{"events.clickstream":{"2":30,"1":20,"0":10}}')
-    assert _offset_json(log, "events.clickstream") == {0: 10, 1: 20, 2: 30}
-    assert _offset_json('\x00v1\n{"events.clickstream":{"0":0}}', "events.clickstream") == {0: 0}
-    assert _offset_json(log, "other") == {}
-    assert _offset_json(None, "events.clickstream") == {}
-
-
 def test_first_seen_drops_resends_within_the_horizon_and_forgets_after_it(spark: Any, state_store: None,
                                                                            tmp_path: Path) -> None:
     """LakeDedup (events_plan.first_seen's operator) with a 15-second horizon: a re-send in a later batch within it
@@ -213,12 +166,12 @@ def test_an_events_checkpoint_of_another_plan_is_refused_with_the_fix(spark: Any
     from spark_jobs.streaming.clickstream_plan import PLAN_VERSION
 
     fresh = tmp_path / "fresh"
-    require_plan(spark, str(fresh), "lake_events_hot")
+    require_plan(spark, str(fresh), "lake_events")
     assert (fresh / "lake-plan").read_text().strip() == PLAN_VERSION
-    require_plan(spark, str(fresh), "lake_events_hot")  # its own stamp: fine
+    require_plan(spark, str(fresh), "lake_events")  # its own stamp: fine
     old = tmp_path / "old"
     (old / "offsets").mkdir(parents=True)
     (old / "offsets" / "0").write_text("v1\n{}\n")
     with pytest.raises(RuntimeError, match=r"older plan \(dropDuplicatesWithinWatermark\).*lake stack clean"):
-        require_plan(spark, str(old), "lake_events_hot")
+        require_plan(spark, str(old), "lake_events")
     assert not (old / "lake-plan").exists()
