@@ -130,7 +130,7 @@ def _hot_rows(spark: Any, ranges: dict[int, tuple[int, int]]) -> list[Any]:
 
 def _rates(rows: list[Any], hot: list[Any]) -> dict[str, Any]:
     """Records/s of ``rows`` (archive ledger rows): landed in every table (from the first batch's start, its
-    ingest time, to the ledger commit of the last one), and through the hot query (``hot``: its ledger rows, from
+    ingest time, to the ledger commit of the last one), and through the hot tables (``hot``: their ledger rows, from
     the first batch's start to the last hot commit)."""
     landed = sum(int(r.received) for r in rows)
     first_start = rows[0].max_ingest_time.timestamp()

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def stream_events_rate(spark: Any, ledger_location: str, backlog_records: int) -> dict[str, Any]:
-    """The events archive query's rate from its ledger: all batches, and its catch-up batches alone."""
+    """The events query's archive rate from its ledger: all batches, and its catch-up batches alone."""
     from pyspark.sql import functions as F
 
     ledger = spark.read.format("delta").load(ledger_location)

@@ -76,7 +76,7 @@ def status(as_json: bool) -> int:
                        f"duplicates={tot.get('duplicates', 0)} quarantined={tot.get('quarantined', 0)} "
                        f"late={tot.get('late', 0)}")
             continue
-        if "changes_applied" not in t:  # the hot query: windows, no per-row changes
+        if "changes_applied" not in t:  # the hot tables: windows, no per-row changes
             click.echo(f"  {name:<22} batch={t['last_batch']} lag={t['kafka_lag']} committed_at={t['committed_at']} "
                        f"batch_seconds={t['batch_seconds']}")
             continue

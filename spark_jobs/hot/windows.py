@@ -142,7 +142,7 @@ def batch_deltas(events: DataFrame) -> DataFrame:
     every metric of :data:`HOT_VIEWS` (NULL where the view has no such
     metric), ``user_ids`` (the window's distinct on-time users; NULL unless
     the view keeps a user set), ``late_events`` and, when ``events`` carry the records' ``kafka_timestamp``,
-    ``newest_kafka_time`` (the hot query's watermark and freshness). Grain: one row per
+    ``newest_kafka_time`` (the hot tables' watermark and freshness). Grain: one row per
     (view, window) the batch touches: a handful, whatever the batch size.
 
     One aggregation pass: each event is expanded to one row per view (its window in that view), grouped by

@@ -189,7 +189,7 @@ def unique_checked(checked: DataFrame, horizon_seconds: int, prior: DataFrame | 
 
 def events_rows(bronze: DataFrame, watermark_minutes: int, ranges: DataFrame | None = None,
                 prior: DataFrame | None = None) -> DataFrame:
-    """Bronze rows of ``events.clickstream`` -> ``silver.events`` rows, as the archive query writes them.
+    """Bronze rows of ``events.clickstream`` -> ``silver.events`` rows, as the events query writes them.
 
     The contract check (executors' Python workers), the de-duplication (:func:`unique_checked`, horizon
     ``watermark_minutes``), the valid rows as silver columns with ``_late`` (the record's own property, the same
@@ -228,7 +228,7 @@ def _hot_frame(rows: DataFrame, view: HotView) -> DataFrame:
 def hot_rows(events: DataFrame, view: HotView, now: datetime, last_batch: int | None) -> DataFrame:
     """``silver.events`` rows (``event_type``, ``user_id``, ``event_time``, ``revenue``, ``_late``) -> the rows of
     hot table ``view``: one per window, every event in one :func:`~spark_jobs.hot.windows.batch_deltas` pass.
-    ``updated_at`` is ``now``, ``_last_batch`` the hot query's last batch the rows stand for."""
+    ``updated_at`` is ``now``, ``_last_batch`` the events query's last batch the rows stand for."""
     from pyspark.sql import functions as F
 
     deltas = batch_deltas(events.select("event_type", "user_id", "event_time", "revenue", "_late"))

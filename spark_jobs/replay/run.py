@@ -326,7 +326,7 @@ class Replayer:
         return rows.select(*[f"`{c}`" for c in columns])
 
     def _hot_done(self) -> tuple[Offsets | None, int | None]:
-        """The hot query's committed offsets (last included) and last batch, from its ledger (None: no ledger)."""
+        """The hot tables' committed offsets (last included) and last batch, from its ledger (None: no ledger)."""
         from pyspark.sql import functions as F
 
         if not self.lake.exists(HOT_LEDGER):
@@ -338,7 +338,7 @@ class Replayer:
 
     def _build_hot(self, t: ReplayTarget, rep: TargetReport, events_point: Offsets,
                    extra: DataFrame | None = None) -> None:
-        """The hot table's shadow from the replayed events the hot query had counted (its ledger's offsets, at most
+        """The hot table's shadow from the replayed events the hot tables had counted (their ledger's offsets, at most
         the events' build point), plus ``extra`` events (the Kafka tail) when given."""
         view = next(v for v in HOT_VIEWS if v.table == t.live)
         done, last_batch = self._hot_done()
@@ -415,14 +415,14 @@ class Replayer:
             elif t.kind == EVENTS:
                 rep.point = archived
                 rep.counts["tail_events"] = added
-            else:  # rebuilt whole (small aggregates), to what the hot query committed
+            else:  # rebuilt whole (small aggregates), to what the hot tables committed
                 self._hot_at_switch(t, rep, archived)
                 changed.add(t.live)
         return changed
 
     def _hot_at_switch(self, t: ReplayTarget, rep: TargetReport, archived: Offsets) -> None:
-        """The hot shadow again, up to what the hot query committed: it runs apart from the archive query, so it may
-        be ahead of bronze; those records come from Kafka (the tail beyond the archive)."""
+        """The hot shadow again, up to what the hot tables committed: a batch commits them before its archive
+        appends, so they may be ahead of bronze; those records come from Kafka (the tail beyond the archive)."""
         from pyspark.sql import functions as F
 
         done, _last = self._hot_done()
@@ -430,7 +430,7 @@ class Replayer:
         extra = None
         if ahead:
             if self.kafka is None:
-                raise ReplayError(f"{t.live}: the hot query committed offsets {offsets_to_json(ahead)} of {t.topic} "
+                raise ReplayError(f"{t.live}: the hot tables committed offsets {offsets_to_json(ahead)} of {t.topic} "
                                   f"that bronze does not hold yet (archived up to {offsets_to_json(archived)}) and "
                                   "this replay cannot read Kafka")
             raw = self.kafka(t.topic, {p: archived.get(p, -1) for p in ahead}, ahead)
@@ -442,7 +442,7 @@ class Replayer:
             prior = self.lake.read(shadow_name(EVENTS_SILVER)).where(F.col("_ingest_time") >= F.lit(since)).select(
                 "event_id", "_ingest_time")
             extra = self._like_live(events_rows(records, self.config.watermark_minutes, None, prior), EVENTS_SILVER)
-            self.say(f"replay: {t.live}: the hot query is ahead of bronze; offsets {offsets_to_json(ahead)} of "
+            self.say(f"replay: {t.live}: the hot tables are ahead of bronze; offsets {offsets_to_json(ahead)} of "
                      f"{t.topic} read from Kafka")
         self._build_hot(t, rep, dict(done if done is not None else archived), extra)
 

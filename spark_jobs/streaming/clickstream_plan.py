@@ -82,7 +82,7 @@ def late_flag(watermark_minutes: int) -> Column:
     """``_late``: the event reached Kafka more than ``watermark_minutes`` after its ``event_time``.
 
     A property of the record alone (its event time against its Kafka timestamp), not of the batch it fell in: the
-    hot query, the archive query and a replay of the archive all flag the same events, whatever their batches.
+    hot tables, the archive and a replay of the archive all flag the same events, whatever their batches.
     A late event is kept in silver and counted in its window's ``late_events``, never in its metrics.
     """
     from pyspark.sql import functions as F

@@ -20,7 +20,7 @@ def input_topics(settings: Settings) -> list[str]:
 
 def processed_offsets(settings: Settings) -> dict[str, int]:
     """Last processed offset per ``topic:partition``, from every query's progress file: for the events topic,
-    the lower of the archive's and the hot query's (both must hold a record for it to count as processed)."""
+    the lower of the archive's and the hot tables' (both must hold a record for it to count as processed)."""
     from spark_jobs.streaming.archive import events_status_path
     from spark_jobs.streaming.hot import hot_status_path
 
@@ -32,7 +32,7 @@ def processed_offsets(settings: Settings) -> dict[str, int]:
     for tp in [tp for tp in done if tp.startswith(f"{EVENTS_TOPIC}:")]:
         done[tp] = min(int(done[tp]), int(hot.get(tp, -1)))
     for tp in set(hot) - set(done):
-        done[tp] = -1  # the hot query ahead of an archive that has not started on the partition
+        done[tp] = -1  # the hot tables ahead of an archive that has not started on the partition
     return done
 
 

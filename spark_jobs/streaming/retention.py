@@ -15,7 +15,7 @@ fraction reaches 1: the measure errs on the early side. The CDC topics are log-c
 deadline is ``min.compaction.lag.ms``, after which a change superseded by a newer record of its key may be
 compacted away before bronze archived it (the stream would skip its offset: docs/operations.md, Replay (Kappa)).
 "Processed" is :func:`spark_jobs.streaming.progress.processed_offsets`: for
-the events topic the lower of the archive's and the hot query's offsets.
+the events topic the lower of the archive's and the hot tables' offsets.
 """
 
 from __future__ import annotations
