@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TEST_WORKERS ?= 2
 UNIT_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: help setup up down status demo test test-unit test-dags test-integration test-cluster lint clean lock jar-checksums
+.PHONY: help setup up down status demo test test-full test-unit test-dags test-integration test-cluster lint clean lock jar-checksums
 
 help:
 	@echo "make help    this list"
@@ -19,6 +19,7 @@ help:
 	@echo "make status  the stack's services, programs and restarts (lake stack status)"
 	@echo "make demo    setup + up + the product tour: CDC + events in, 7 days of history, gold backfill via Airflow, summary"
 	@echo "make test    setup + unit and DAG tests, then up + integration tests against the real stack + down"
+	@echo "make test-full         make test with the extended integration tests too (tests/README.md)"
 	@echo "make test-unit         unit and DAG tests (no services)"
 	@echo "make test-dags         DAG tests only (tests/dags)"
 	@echo "make test-integration  setup + up + integration tests against the real stack + down"
@@ -62,9 +63,15 @@ test-unit:
 test-dags:
 	$(PY) -m pytest tests/dags
 
+# Which integration tests run: the core suite (`make test`, CI) leaves out the ones marked `extended` (a second
+# seed, a second kill point, the same capability through a second door: tests/README.md lists them);
+# `make test-full` (EXTENDED=1) runs every test: all of them took ~100 min of integration alone on our 2 cores
+# (2026-11-29), past CI's 90-minute limit.
+EXTENDED ?= 0
+INTEGRATION_MARK := $(if $(filter 1,$(EXTENDED)),,-m "not extended")
 # The integration part of `test`: up, the tests if it came up, down either way; rc is the first failure.
 INTEGRATION = $(LAKE) stack up || rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 tests/integration || rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 $(INTEGRATION_MARK) tests/integration || rc=$$?; fi; \
 	$(LAKE) stack down || true
 
 test-integration: setup
@@ -83,6 +90,10 @@ test: setup
 	if [ $$rc -eq 0 ]; then rc=$$unit; fi; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \
 	exit $$rc
+
+# Every test, the extended ones included (about twice the core suite's time: docs/benchmarks.md).
+test-full:
+	@$(MAKE) --no-print-directory test EXTENDED=1
 
 # The same streaming app and jobs, unchanged, on a local Spark standalone cluster (a master + 2 workers from
 # pyspark's distribution, supervised with the stack): a separate state dir, so it never touches .lake.

@@ -232,6 +232,7 @@ def lake_tables(stack: Settings) -> Settings:
     return stack
 
 
+@pytest.mark.extended  # the gold backfill is proved by test_gold (REST); the browser path by the replay trigger below
 def test_backfill_from_the_ui(lake_tables: Settings) -> None:
     stack = lake_tables
     t0 = time.monotonic()

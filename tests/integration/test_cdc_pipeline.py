@@ -51,7 +51,7 @@ def test_initial_snapshot_reaches_silver(cdc: Settings) -> None:
 
 
 # Two seeds (each a different random mix of every operation): a third added ~45 s and no path the two miss.
-@pytest.mark.parametrize("seed", [11, 22])
+@pytest.mark.parametrize("seed", [11, pytest.param(22, marks=pytest.mark.extended)])  # a second seed: extended
 def test_silver_equals_postgres_after_seeded_load(cdc: Settings, seed: int) -> None:
     report = run_loadgen(cdc, rate=400, duration=8, seed=seed)
     assert report.total_changes > 500
@@ -80,6 +80,7 @@ def test_streaming_driver_sigkilled_during_load(cdc: Settings) -> None:
     wait_and_verify_cdc()
 
 
+@pytest.mark.extended  # a second kill (the core suite SIGKILLs the streaming driver)
 def test_connect_worker_sigkilled_during_load(cdc: Settings) -> None:
     load = load_in_background(cdc, seed=55, seconds=40)
     time.sleep(random.Random(8).uniform(5, 15))

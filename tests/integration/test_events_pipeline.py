@@ -143,6 +143,7 @@ def _kill_at_failpoint(settings: Settings, failpoint: str, line: bytes, name: st
     _only_the_kills_restarted(settings, before, 1)
 
 
+@pytest.mark.extended  # a second kill point (the core suite SIGKILLs the driver during load)
 def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_once(events: Settings) -> None:
     """An archive batch counted but whose bronze/silver/quarantine rows and ledger row are not written (Spark has
     not committed its offsets; the hot query has committed the same records in its own batches): SIGKILL exactly
@@ -153,6 +154,7 @@ def test_driver_killed_after_the_hot_commit_before_the_appends_lands_the_batch_o
     _kill_at_failpoint(events, HOLD_BEFORE_APPEND_FAILPOINT, b"holding before the appends", "append-gap", 404)
 
 
+@pytest.mark.extended  # a third kill point
 def test_driver_killed_after_the_ledger_before_the_offsets_commit_replays_the_batch_once(events: Settings) -> None:
     """A batch in the ledger (every table holds it) whose offsets Spark has not committed: SIGKILL exactly then.
     The next start replays it from the checkpoint, writes nothing for it, and still runs its plan, so its
@@ -168,6 +170,7 @@ def test_driver_killed_after_the_ledger_before_the_offsets_commit_replays_the_ba
         assert b"is in the ledger already" in f.read(), "the restarted app did not replay the batch in the ledger"
 
 
+@pytest.mark.extended  # another failure under load (the core suite SIGKILLs the driver)
 def test_broker_restart_during_load_still_reconciles(events: Settings) -> None:
     """The broker goes away for 5 s under load: the stream rides it out on its own (the same driver process, not
     restarted by the test or by the supervisor), and the ledger balances."""
@@ -195,6 +198,7 @@ def test_stream_status_shows_the_events_query(events: Settings) -> None:
     assert t["totals"]["received"] >= t["totals"]["appended"] > 0
 
 
+@pytest.mark.extended  # test_lifecycle stops the stream with the stack; the SIGKILL test proves the restart
 def test_a_planned_stop_during_load_drains_and_exits_cleanly(events: Settings) -> None:
     """`lake stream stop` signals the driver alone: it stops its queries after their batch and exits 0 (it used
     to exit 1 with py4j errors: the group signal killed its JVM under it)."""

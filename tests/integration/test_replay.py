@@ -32,6 +32,11 @@ from tests.integration.lakehelpers import (
     wait_until,
 )
 
+#: `make test-full` only (tests/README.md): 13 min for the first test alone on our 2 cores. The core suite replays
+#: through the Airflow UI (test_airflow_ui, a dry run); the switch and the rollback are unit-tested on local Delta
+#: tables (tests/unit/test_replay.py) with the same code.
+pytestmark = pytest.mark.extended
+
 HOT = ("hot.sales_per_minute", "hot.active_users_5m", "hot.funnel_15m")
 SWITCHED = (*[c.silver for c in CDC_TABLES.values()], "silver.events", *HOT)
 #: What must be equal before and after a replay, per table: the bookkeeping the stream sets per batch is left out,
