@@ -58,20 +58,20 @@ jar-checksums:
 	$(PY) -m spark_jobs.cli.jar_checksums write
 
 test-unit:
-	$(PY) -m pytest $(UNIT_ARGS) tests/unit tests/dags
+	$(PY) -m pytest $(UNIT_ARGS) $(TEST_MARK) tests/unit tests/dags
 
 test-dags:
 	$(PY) -m pytest tests/dags
 
-# Which integration tests run: the core suite (`make test`, CI) leaves out the ones marked `extended` (a second
-# seed, a second kill point, the same capability through a second door: tests/README.md lists them);
-# `make test-full` (EXTENDED=1) runs every test: all of them took ~100 min of integration alone on our 2 cores
-# (2026-11-29), past CI's 90-minute limit.
+# Which tests run: the core suite (`make test`, CI) leaves out the ones marked `extended` (a second seed, a second
+# kill point, the same capability through a second door: tests/README.md lists them); `make test-full`
+# (EXTENDED=1) runs every test: all of them took ~100 min of integration alone on our 2 cores (2026-11-29), past
+# CI's 90-minute limit.
 EXTENDED ?= 0
-INTEGRATION_MARK := $(if $(filter 1,$(EXTENDED)),,-m "not extended")
+TEST_MARK := $(if $(filter 1,$(EXTENDED)),,-m "not extended")
 # The integration part of `test`: up, the tests if it came up, down either way; rc is the first failure.
 INTEGRATION = $(LAKE) stack up || rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 $(INTEGRATION_MARK) tests/integration || rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then $(PY) -m pytest -v --durations=25 $(TEST_MARK) tests/integration || rc=$$?; fi; \
 	$(LAKE) stack down || true
 
 test-integration: setup
@@ -85,7 +85,7 @@ test-integration: setup
 # stopped afterwards either way. Both parts always run; either failing fails the target.
 test: setup
 	@set -o pipefail; unit=0; rc=0; \
-	$(PY) -m pytest -v --durations=15 $(UNIT_ARGS) tests/unit tests/dags || unit=$$?; \
+	$(PY) -m pytest -v --durations=15 $(UNIT_ARGS) $(TEST_MARK) tests/unit tests/dags || unit=$$?; \
 	$(INTEGRATION); \
 	if [ $$rc -eq 0 ]; then rc=$$unit; fi; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure"; rc=1; fi; \

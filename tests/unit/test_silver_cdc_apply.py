@@ -388,7 +388,9 @@ def _random_log(rng: random.Random, keys: int, transactions: int) -> list[Record
     return log
 
 
-@pytest.mark.parametrize(("seed", "engine"), [(0, "spark"), (1, "spark"), (0, "task"), (1, "task"), (2, "task")])
+# The second seed on Spark's MERGE is `extended` (47 s on our 2 cores; the task engine runs three).
+@pytest.mark.parametrize(("seed", "engine"), [(0, "spark"), pytest.param(1, "spark", marks=pytest.mark.extended),
+                                              (0, "task"), (1, "task"), (2, "task")])
 def test_random_runs_with_resends_end_as_postgresql(tmp_path: Path, spark: Any, seed: int, engine: str) -> None:
     """Random logs cut into batches, with Connect-style re-sends (a contiguous run of the log again):
     silver ends equal to the table the log leaves in PostgreSQL."""
