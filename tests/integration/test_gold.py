@@ -1,5 +1,5 @@
-"""Batch layer end to end on the real stack: a seeded 4-day history goes through PostgreSQL/Debezium and
-Kafka into bronze/silver, a 4-day backfill of ``lake_gold_daily`` is started through Airflow's REST API,
+"""Batch layer end to end on the real stack: a seeded 2-day history goes through PostgreSQL/Debezium and
+Kafka into bronze/silver, a 2-day backfill of ``lake_gold_daily`` is started through Airflow's REST API,
 and every day of gold equals what PostgreSQL says, computed here with SQL. A second backfill (reprocess
 all) rewrites every gold partition with identical rows (two Delta versions compared). ``lake sql`` and
 beeline (Thrift/JDBC) read the gold tables.
@@ -28,9 +28,9 @@ from tests.integration.lakehelpers import (
     write_history,
 )
 
-#: Two waves of the DAG's two concurrent runs (a backfill's concurrency and its chaining of days); `make demo`
-#: backfills 7. It was 7 here too, and this fixture took 8 min of the suite (2026-11-29).
-DAYS = 4
+#: One wave of the DAG's two concurrent runs (a backfill's concurrency; `make demo` backfills 7). It was 7 here too,
+#: and this fixture took 8 min of the suite (2026-11-29).
+DAYS = 2
 FACTS = {"fct_orders": "order_date", "fct_daily_sales": "order_date", "fct_daily_funnel": "event_date"}
 
 

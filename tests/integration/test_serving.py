@@ -32,6 +32,11 @@ from tests.integration.lakehelpers import (
     write_history,
 )
 
+#: `make test-full` only (tests/README.md): ~6 min on our 2 cores. The union at the watermark edge (day D in gold
+#: only, D+1 in speed only, the switch) is unit-tested with exact rows (tests/unit/test_serving_views.py,
+#: test_serving_watermark.py).
+pytestmark = pytest.mark.extended
+
 DAYS = 3
 RUN_TIMEOUT_S = 1200
 

@@ -49,6 +49,7 @@ def _airflow_env(stack: Settings) -> dict[str, str]:
     return {**os.environ, **base_env(stack), **airflow_env(stack)}
 
 
+@pytest.mark.extended  # the same DAG is triggered through the REST API below
 def test_lake_smoke_dag_passes_under_airflow_dags_test(stack: Settings) -> None:
     proc = subprocess.run(["airflow", "dags", "test", "lake_smoke"], env=_airflow_env(stack), cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=900, check=False)
