@@ -440,10 +440,15 @@ def test_a_drilled_fault_fails_the_gold_task_in_airflow_and_its_asset_is_not_upd
     assert touching == [], touching
 
 
+#: The streaming DQ DAG's tests depend on each other (its run, then clearing it, Data Docs, `lake dq status`): all
+#: extended together (~5 min on our 2 cores; tests/README.md). The core suite keeps the gold gates above.
+STREAMING_DQ_CHAIN = pytest.mark.extended
+
+
 # ------------------------------------------------------------------------------------------- 3. lake_dq_streaming
 
 
-@pytest.mark.extended  # the streaming DQ DAG chain (~5 min); the core keeps the gold gates
+@STREAMING_DQ_CHAIN
 def test_dq_streaming_dag_checks_live_tables_and_data_docs_list_it(stack: Settings, spark: Any, state: DqState,
                                                                    gold_run: str) -> None:
     from spark_jobs.quality.checks import LIVE_TABLES
@@ -529,7 +534,7 @@ def _load_orphan_order(stack: Settings, day: date) -> None:
     conn.close()
 
 
-@pytest.mark.extended  # the streaming DQ DAG chain (~5 min); the core keeps the gold gates
+@STREAMING_DQ_CHAIN
 def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Settings, state: DqState) -> None:
     """The lake_dq_streaming run above failed silver__orders on the orphan order (customer_exists, block). The
     customer then arrives through the normal path (the data is fixed), the failed task is cleared through the
@@ -560,7 +565,7 @@ def test_fixing_the_data_and_clearing_the_failed_dq_task_makes_it_pass(stack: Se
 # ------------------------------------------------------------------------------------------- 4. in a browser
 
 
-@pytest.mark.extended  # the streaming DQ DAG chain (~5 min); the core keeps the gold gates
+@STREAMING_DQ_CHAIN
 def test_data_docs_in_a_browser_show_the_failure_and_the_trend(stack: Settings, state: DqState) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -644,7 +649,7 @@ def _get(url: str, settings: Settings, wait: float = 60) -> str:
 # ------------------------------------------------------------------------------------------- 5. lake dq CLI
 
 
-@pytest.mark.extended  # the streaming DQ DAG chain (~5 min); the core keeps the gold gates
+@STREAMING_DQ_CHAIN
 def test_lake_dq_status_and_history_show_the_verdicts(spark: Any, state: DqState, gold_run: str) -> None:
     assert state.block_run and state.fix_run and state.dq_run, "the tests above ran"
     proc = run_lake("dq", "status", "--json", check=False, timeout=900)

@@ -142,6 +142,10 @@ def _orders(world: World, version: int | None = None) -> list[tuple[Any, ...]]:
         "id", "status", "_op", "_commit_lsn").collect())
 
 
+#: `extended` (tests/README.md): 50-90 s each on our 2 cores; the core suite keeps the switch + rollback and the
+#: events/hot switch with both tails.
+SLOW_VARIANT = pytest.mark.extended
+
 HISTORY = [change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110),
            change("c", {"id": 2}, after=row(2, "new"), commit=100, lsn=120),
            change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210),
@@ -184,7 +188,7 @@ def test_output_rows_counts_the_newest_write_even_after_a_compaction(world: Worl
     assert world.lake.output_rows("replay.t") == 3
 
 
-@pytest.mark.extended  # 50-90 s on our 2 cores; the core keeps switch + rollback and the events/hot tails
+@SLOW_VARIANT
 def test_dry_run_builds_the_shadow_and_diffs_without_switching(world: World) -> None:
     _damaged(world)
     live_version = world.lake.version("silver.orders")
@@ -255,7 +259,7 @@ def test_switch_is_one_commit_with_the_stream_stopped_and_locked_then_rollback_r
         world.replayer().rollback([CDC_TARGET])
 
 
-@pytest.mark.extended  # 50-90 s on our 2 cores; the core keeps switch + rollback and the events/hot tails
+@SLOW_VARIANT
 def test_switch_applies_the_bronze_tail_archived_during_the_build(world: World) -> None:
     _damaged(world)
     later = [change("u", {"id": 3}, after=row(3, "shipped"), commit=500, lsn=510),
@@ -272,7 +276,7 @@ def test_switch_applies_the_bronze_tail_archived_during_the_build(world: World) 
     assert rep.point == {0: 6} and rep.counts["tail_changes"] == 2
 
 
-@pytest.mark.extended  # 50-90 s on our 2 cores; the core keeps switch + rollback and the events/hot tails
+@SLOW_VARIANT
 def test_rollback_reapplies_what_the_stream_wrote_after_the_switch(world: World) -> None:
     _damaged(world)
     world.replayer().replay([CDC_TARGET], confirm=lambda _r: True)
@@ -288,7 +292,7 @@ def test_rollback_reapplies_what_the_stream_wrote_after_the_switch(world: World)
     assert "2 record(s)" in lines[0]
 
 
-@pytest.mark.extended  # 50-90 s on our 2 cores; the core keeps switch + rollback and the events/hot tails
+@SLOW_VARIANT
 def test_until_builds_up_to_that_kafka_time_and_the_switch_catches_up(world: World) -> None:
     world.bronze("bronze.shop__public__orders", TOPIC, HISTORY[:2], kafka_ts=INGEST)
     world.bronze("bronze.shop__public__orders", TOPIC, HISTORY[2:], kafka_ts=INGEST + timedelta(hours=1))
