@@ -83,8 +83,10 @@ THRIFT_AUTH = INFRA / "thrift" / "LakeThriftAuth.java"
 GUARDS = tuple(INFRA / "guard" / f"{n}.java" for n in ("LakeAnalystGuard", "LakeLocalFileSystem", "LakeConnectGuard"))
 #: The streaming app's own operator (first copy of an id within a horizon, on transformWithState's TTL state).
 STREAM_SOURCES = (INFRA / "stream" / "LakeDedup.java",)
+#: The Spark Connect server's main class (session artifact isolation off: infra/connect/LakeConnectServer.java).
+CONNECT_SERVER = INFRA / "connect" / "LakeConnectServer.java"
 #: Our Java helpers, compiled together against pyspark's jars at `lake stack up`.
-JAVA_SOURCES = (METASTORE_INIT, THRIFT_AUTH, *GUARDS, *STREAM_SOURCES)
+JAVA_SOURCES = (METASTORE_INIT, THRIFT_AUTH, *GUARDS, CONNECT_SERVER, *STREAM_SOURCES)
 #: The jar of :data:`STREAM_SOURCES`' classes in the classes folder (the stream ships it with spark.jars).
 STREAM_JAR = "lake-stream.jar"
 

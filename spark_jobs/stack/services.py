@@ -333,8 +333,9 @@ def services(settings: Settings) -> list[Service]:
         name="spark-connect",
         programs=(Program(
             name="spark-connect",
-            command=[str(venv_bin() / "spark-submit"), "--class",
-                     "org.apache.spark.sql.connect.service.SparkConnectServer",
+            # Our main (infra/connect/LakeConnectServer.java): Spark's own forces session artifact isolation,
+            # whose per-class RPC lookups hung queries; no session has artifacts (LakeConnectGuard).
+            command=[str(venv_bin() / "spark-submit"), "--class", "LakeConnectServer",
                      "--name", "lake-spark-connect",
                      "--conf", f"spark.driver.memory={settings.spark_connect_driver_memory}",
                      "--conf", f"spark.connect.grpc.binding.address={host}",

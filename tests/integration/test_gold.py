@@ -138,3 +138,11 @@ def test_gold_is_readable_over_jdbc_and_lake_sql(gold: Settings) -> None:
     assert jdbc.stdout.split()[-2:] == ["c", str(via_sql[0]["c"])], jdbc.stdout
     current = _sql("SELECT count(*) AS c FROM gold.dim_customers WHERE is_current")
     assert int(current[0]["c"]) > 0
+
+
+def test_connect_sessions_have_no_artifact_isolation(stack: Settings) -> None:
+    # Spark's own Connect main forces isolation on; then every task's class loader asked the driver's RPC file
+    # server for each class Janino probes, and one lookup hanging 120 s failed a query (infra/connect). The
+    # stack's server starts with our main, which turns it off; no session can add artifacts (LakeConnectGuard).
+    for key in ("spark.sql.artifact.isolation.enabled", "spark.sql.artifact.isolation.alwaysApplyClassloader"):
+        assert _sql(f"SET {key}") == [{"key": key, "value": "false"}]
