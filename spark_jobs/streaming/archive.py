@@ -114,6 +114,17 @@ def events_status_path(settings: Settings) -> Path:
     return settings.run_dir / "stream-events-status.json"
 
 
+def watermark_after_batch(stats: list[dict[str, Any]], before: datetime | None, delay: timedelta) -> datetime | None:
+    """The events watermark after a batch (its ``batch_stats`` rows): the newest Kafka time of what it received,
+    minus the horizon ``delay``, never below ``before``. The events ledger, the hot ledger and ``lake stream status``
+    all show this one value."""
+    newest = [r["newest_kafka_time"].astimezone(UTC) for r in stats if r["newest_kafka_time"] is not None]
+    if not newest:
+        return before
+    candidate: datetime = max(newest) - delay
+    return candidate if before is None else max(before, candidate)
+
+
 class EventsApp:
     """Per-batch logic of the events query (:meth:`process`) and the few values it keeps between batches."""
 
@@ -180,7 +191,8 @@ class EventsApp:
             t = time.monotonic()
             spans = {int(r["partition"]): (int(r["first_offset"]), int(r["last_offset"]) + 1) for r in stats
                      if r["received"]}
-            hot_committed = self.hot.commit(valid, spans, app_id, batch_id, jobs)
+            watermark_after = watermark_after_batch(stats, watermark_before, self.delay)
+            hot_committed = self.hot.commit(valid, spans, app_id, batch_id, jobs, watermark_after)
             steps["hot"] = time.monotonic() - t
             self._hold_if_asked(batch_id, HOLD_BEFORE_APPEND_FAILPOINT, "counted, holding before the appends")
             t = time.monotonic()
@@ -190,10 +202,7 @@ class EventsApp:
             frame.unpersist()
             jobs.leave()
 
-        newest = [r["newest_kafka_time"].astimezone(UTC) for r in stats if r["newest_kafka_time"] is not None]
-        if newest:
-            candidate: datetime = max(newest) - self.delay
-            self.watermark = candidate if watermark_before is None else max(watermark_before, candidate)
+        self.watermark = watermark_after
         ledger = {
             "batch_id": batch_id, **totals, "valid": totals["received"] - totals["quarantined"],
             "duplicates": totals["received"] - totals["appended"] - totals["quarantined"],

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +64,6 @@ class HotWriter:
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self.spark = spark
         self.settings = settings
-        self.delay = timedelta(minutes=settings.events_watermark_minutes)
-        self.watermark: datetime | None = None
         self.tables: dict[str, DriverTable] = {}
         self.ledger: DriverTable | None = None
         self.progress: dict[str, Any] = read_json(hot_status_path(settings)) or {"offsets": {}}
@@ -81,10 +79,11 @@ class HotWriter:
         self.ledger = DriverTable(self.settings, HOT_LEDGER)
 
     def commit(self, valid: DataFrame, spans: dict[int, tuple[int, int]], app_id: str, batch_id: int,
-               jobs: BatchJobs) -> datetime:
+               jobs: BatchJobs, watermark: datetime | None) -> datetime:
         """Aggregate the batch's valid events per hot window (one Spark job over the cached batch: a few rows
         reach the driver), commit the changed windows of the three hot tables side by side, then the batch's
-        row of ``ops.stream_hot_ledger``. ``spans``: ``partition -> (first offset, end offset)`` the batch read.
+        row of ``ops.stream_hot_ledger``. ``spans``: ``partition -> (first offset, end offset)`` the batch read;
+        ``watermark``: the events watermark after the batch (the events query's, recorded as is).
         Returns when the hot tables held the batch."""
         started = time.monotonic()
         steps: dict[str, float] = {}
@@ -102,15 +101,12 @@ class HotWriter:
         steps["hot_commit"] = time.monotonic() - t
         times = [_utc(d["newest_kafka_time"]) for d in deltas if d.get("newest_kafka_time") is not None]
         newest = max(times) if times else None
-        if newest is not None:
-            candidate = newest - self.delay
-            self.watermark = candidate if self.watermark is None else max(self.watermark, candidate)
         t = time.monotonic()
         seconds = time.monotonic() - started
         ledger: dict[str, Any] = {
             "batch_id": batch_id, "received": received,
             "offsets": {str(p): f"{first}-{end - 1}" for p, (first, end) in sorted(spans.items())},
-            "newest_kafka_time": newest, "watermark": self.watermark, "hot_committed_at": hot_committed,
+            "newest_kafka_time": newest, "watermark": watermark, "hot_committed_at": hot_committed,
             "batch_seconds": seconds, "step_seconds": list(steps.items()),
             "spark_jobs": jobs.jobs(), "delta_commits": sum(committed) + 1,
         }
@@ -121,7 +117,7 @@ class HotWriter:
         self.progress.update({"query": QUERY, "batch_id": batch_id, "committed_at": hot_committed.isoformat(),
                               "batch_seconds": round(seconds, 3), "batch_records": received,
                               "spark_jobs": ledger["spark_jobs"], "delta_commits": ledger["delta_commits"],
-                              "watermark": self.watermark.isoformat() if self.watermark else None,
+                              "watermark": watermark.isoformat() if watermark else None,
                               "step_seconds": {k: round(v, 3) for k, v in sorted(steps.items())},
                               "previous_trigger_ms": last_trigger_ms(self.spark, QUERY)})
         write_json_atomic(hot_status_path(self.settings), self.progress)

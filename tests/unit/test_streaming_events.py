@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.streaming.archive import STATE_STORE_CONF
+from spark_jobs.streaming.archive import STATE_STORE_CONF, watermark_after_batch
 from spark_jobs.streaming.clickstream_plan import batch_stats, events_stream, late_flag
 
 KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
@@ -175,3 +175,16 @@ def test_an_events_checkpoint_of_another_plan_is_refused_with_the_fix(spark: Any
     with pytest.raises(RuntimeError, match=r"older plan \(dropDuplicatesWithinWatermark\).*lake stack clean"):
         require_plan(spark, str(old), "lake_events")
     assert not (old / "lake-plan").exists()
+
+
+def test_the_watermark_after_a_batch_is_its_newest_kafka_time_minus_the_horizon_and_never_moves_back() -> None:
+    """One value for the events ledger, the hot ledger and the status: from what the batch received (a reject's
+    Kafka time counts: the query read it), never below the watermark before the batch."""
+    horizon = timedelta(minutes=10)
+    t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    stats = [{"newest_kafka_time": t}, {"newest_kafka_time": t + timedelta(seconds=30)}, {"newest_kafka_time": None}]
+    assert watermark_after_batch(stats, None, horizon) == t + timedelta(seconds=30) - horizon
+    later = t + timedelta(minutes=5)
+    assert watermark_after_batch(stats, later, horizon) == later  # an older batch does not move it back
+    assert watermark_after_batch([{"newest_kafka_time": None}], later, horizon) == later
+    assert watermark_after_batch([], None, horizon) is None
