@@ -182,7 +182,8 @@ def test_the_watermark_after_a_batch_is_its_newest_kafka_time_minus_the_horizon_
     Kafka time counts: the query read it), never below the watermark before the batch."""
     horizon = timedelta(minutes=10)
     t = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    stats = [{"newest_kafka_time": t}, {"newest_kafka_time": t + timedelta(seconds=30)}, {"newest_kafka_time": None}]
+    stats: list[dict[str, Any]] = [
+        {"newest_kafka_time": t}, {"newest_kafka_time": t + timedelta(seconds=30)}, {"newest_kafka_time": None}]
     assert watermark_after_batch(stats, None, horizon) == t + timedelta(seconds=30) - horizon
     later = t + timedelta(minutes=5)
     assert watermark_after_batch(stats, later, horizon) == later  # an older batch does not move it back
