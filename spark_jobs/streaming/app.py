@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import click
@@ -72,6 +73,7 @@ def _run(settings: Settings) -> int:
     from spark_jobs.streaming import cdc
     from spark_jobs.streaming.engine import stream_conf
 
+    t0 = time.monotonic()
     build_java_classes(settings)  # done by `lake stack up`; a check here (the jar holds the events' dedup operator)
     spark = build_session(settings, "lake-stream", extra={
         **stream_conf(settings),
@@ -82,13 +84,15 @@ def _run(settings: Settings) -> int:
         **stream_ports_conf(settings, os.environ),
     })
     spark.sparkContext.setLogLevel("WARN")
+    log.info("lake stream: Spark session up in %.1f s", time.monotonic() - t0)
     queries = []
     if "cdc" in settings.stream_query_list:
         queries.append(cdc.start(spark, settings))
     if "events" in settings.stream_query_list:
         queries.append(events.start(spark, settings))
     for query in queries:
-        log.info("lake stream: query %s (%s) running", query.name, query.id)
+        log.info("lake stream: query %s (%s) running, %.1f s after the start", query.name, query.id,
+                 time.monotonic() - t0)
 
     stop_requested = threading.Event()
 

@@ -58,7 +58,7 @@ from spark_jobs.streaming.engine import ARCHIVE, CDC, BatchJobs
 from spark_jobs.table_io import ensure_database, table_location
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
-from spark_jobs.table_io.driver import TaskAppend, append_split_in_task, task_append
+from spark_jobs.table_io.driver import TaskAppend, append_split_in_task, log_metadata, task_append
 from spark_jobs.table_io.maintenance import Maintenance
 from spark_jobs.table_io.merge import TaskTarget
 
@@ -241,11 +241,11 @@ class CdcApp:
         self.maintenance.run_if_due()
 
     def _schema(self, contract: CdcTable) -> StructType:
-        """``silver.<t>``'s schema, read from its Delta log once and kept (this driver is its only writer, and
-        it refreshes the copy when it widens the table): no metastore lookup per batch."""
+        """``silver.<t>``'s schema, read from its Delta log once (by delta-rs: no Spark job) and kept (this driver is
+        its only writer, and it refreshes the copy when it widens the table): no metastore lookup per batch."""
         if contract.silver not in self._schemas:
-            self._schemas[contract.silver] = self.spark.read.format("delta").load(
-                table_location(self.settings, contract.silver)).schema
+            _props, self._schemas[contract.silver] = log_metadata(
+                self.settings, table_location(self.settings, contract.silver))
         return self._schemas[contract.silver]
 
     def _summary(self, raw: DataFrame, parsed: DataFrame) -> dict[str, Any]:
@@ -410,7 +410,9 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the CDC tables and start ``lake_cdc`` (Kafka ``shop.public.*`` -> foreachBatch)."""
     ensure_log_output()
     app = CdcApp(spark, settings)
+    t = time.monotonic()
     app.ensure_tables()
+    log.info("lake stream: %s tables ensured in %.1f s", QUERY, time.monotonic() - t)
     # Bounded in records, not bytes: a CDC record with TOASTed text (before and after image) is 10-30 KB;
     # splitting a partition's range into tasks of at most this many records parallelises the parse.
     return start_kafka_query(spark, settings, QUERY, ("subscribePattern", TOPIC_PATTERN),

@@ -35,19 +35,21 @@ def create_table(spark: SparkSession, settings: Settings, name: str, schema: Str
     False the check of its properties."""
     from delta.tables import DeltaTable
 
+    from spark_jobs.table_io.driver import log_metadata
+
     entry = lake_table(name)
+    location = table_location(settings, name)
     if exists is not True:
         columns = schema_of(name) if schema is None else schema
         builder = (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(columns)
-                   .location(table_location(settings, name)))
+                   .location(location))
         if entry.partitioned_by:
             builder = builder.partitionedBy(*entry.partitioned_by)
         for k, v in entry.properties.items():
             builder = builder.property(k, v)
         builder.execute()
     if entry.properties and exists is not False:
-        detail = DeltaTable.forName(spark, name).detail().select("properties").head()
-        current = (detail[0] if detail else None) or {}
+        current, _schema = log_metadata(settings, location)  # from the log: no Spark job
         missing = properties_to_set(entry.properties, current)
         if missing:
             spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ("

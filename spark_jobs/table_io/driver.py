@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 
 class DriverDeltaError(RuntimeError):
@@ -57,6 +58,29 @@ def table_uri(settings: Settings, name: str) -> str:
     """``s3://`` URI of table ``name`` (the same location Spark's ``s3a://`` path names)."""
     location = table_location(settings, name)
     return "s3://" + location.removeprefix("s3a://")
+
+
+def log_metadata(settings: Settings | None, location: str) -> tuple[dict[str, str], StructType]:
+    """The properties and the Spark schema of the Delta table at Spark ``location``, read from its log by delta-rs
+    in the driver (``s3a://`` with the lake's keys, or a local path): no Spark job. delta-spark loads a table's
+    snapshot with Spark jobs to answer the same (``DeltaTable.detail()``, ``spark.read...schema``): 3-10 s per
+    table on a cold driver, most of every start of the streaming app (docs/benchmarks.md, "Stream start")."""
+    import json
+
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StructType
+
+    if location.startswith("s3a://"):
+        if settings is None:
+            raise ValueError(f"{location}: the lake's settings are needed to read an s3a:// table")
+        uri, options = "s3://" + location.removeprefix("s3a://"), storage_options(settings)
+    else:
+        uri, options = location, {}
+    try:
+        table = DeltaTable(uri, storage_options=options)
+    except Exception as exc:  # delta-rs raises TableNotFoundError, OSError, ... by backend
+        raise DriverDeltaError(f"cannot read the Delta log at {location} ({exc})") from exc
+    return dict(table.metadata().configuration), StructType.fromJson(json.loads(table.schema().to_json()))
 
 
 class DriverTable:

@@ -18,6 +18,7 @@ from spark_jobs.table_io.driver import (
     TaskAppend,
     append_split_in_task,
     check_writable,
+    log_metadata,
     storage_options,
     table_uri,
     writable_target,
@@ -155,3 +156,26 @@ def test_a_table_with_deletion_vectors_is_left_to_spark(tmp_path: Path, spark: A
     assert writable_target("silver.old", str(tmp_path / "old"), {}) is None
     target = writable_target("silver.new", str(tmp_path / "new"), {})
     assert target is not None and target.uri == str(tmp_path / "new")
+
+
+def test_log_metadata_gives_what_spark_reads_and_refuses_a_missing_table(tmp_path: Path, spark: Any) -> None:
+    """The stream's start reads its tables' properties and schemas from the Delta log with delta-rs (no Spark job):
+    the answer equals Spark's for a table Spark created, deletion vectors, a decimal, a timestamp and a column
+    added later included; a path with no table is refused naming it; an s3a:// location needs the settings."""
+    from delta.tables import DeltaTable as SparkTable
+
+    location = str(tmp_path / "t")
+    (SparkTable.create(spark).location(location).addColumn("id", "BIGINT", nullable=False)
+     .addColumn("total", "DECIMAL(12,2)").addColumn("at", "TIMESTAMP")
+     .property("delta.enableDeletionVectors", "true").property("delta.enableChangeDataFeed", "true").execute())
+    spark.sql(f"ALTER TABLE delta.`{location}` ADD COLUMNS (note STRING)")
+    properties, schema = log_metadata(None, location)
+    detail = SparkTable.forPath(spark, location).detail().head()
+    assert detail is not None and properties == dict(detail["properties"])
+    assert properties["delta.enableDeletionVectors"] == "true"
+    assert schema == spark.read.format("delta").load(location).schema
+    assert schema.names == ["id", "total", "at", "note"]
+    with pytest.raises(DriverDeltaError, match=str(tmp_path / "none")):
+        log_metadata(None, str(tmp_path / "none"))
+    with pytest.raises(ValueError, match="settings"):
+        log_metadata(None, "s3a://lake/warehouse/silver/t")
