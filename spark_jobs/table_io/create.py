@@ -64,9 +64,9 @@ def catalog_tables(spark: SparkSession, databases: Sequence[str]) -> set[str]:
 def create_tables(spark: SparkSession, settings: Settings, tables: Sequence[str], workers: int = 8) -> None:
     """:func:`create_table` for each of ``tables`` (registry names, created as declared), a few at once.
 
-    A start of the streaming app ensures ~20 tables, each loading its Delta snapshot from the object store;
-    one at a time, that was a large part of every (re)start after a crash (docs/benchmarks.md). The calls
-    wait on MinIO and the metastore, not on CPU, so they overlap even on 2 cores.
+    A start of the streaming app ensures ~20 tables; an existing table's properties are read from its Delta log by
+    delta-rs (no Spark snapshot load: docs/benchmarks.md, "Stream start"). The calls wait on MinIO and the
+    metastore, not on CPU, so they overlap even on 2 cores.
     """
     from concurrent.futures import ThreadPoolExecutor
 

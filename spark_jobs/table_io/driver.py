@@ -56,8 +56,12 @@ def storage_options(settings: Settings) -> dict[str, str]:
 
 def table_uri(settings: Settings, name: str) -> str:
     """``s3://`` URI of table ``name`` (the same location Spark's ``s3a://`` path names)."""
-    location = table_location(settings, name)
-    return "s3://" + location.removeprefix("s3a://")
+    return delta_rs_uri(table_location(settings, name))
+
+
+def delta_rs_uri(location: str) -> str:
+    """delta-rs's URI of Spark ``location``: ``s3a://b/p`` -> ``s3://b/p``; a local path as is."""
+    return "s3://" + location.removeprefix("s3a://") if location.startswith("s3a://") else location
 
 
 def log_metadata(settings: Settings | None, location: str) -> tuple[dict[str, str], StructType]:
@@ -70,12 +74,10 @@ def log_metadata(settings: Settings | None, location: str) -> tuple[dict[str, st
     from deltalake import DeltaTable
     from pyspark.sql.types import StructType
 
-    if location.startswith("s3a://"):
-        if settings is None:
-            raise ValueError(f"{location}: the lake's settings are needed to read an s3a:// table")
-        uri, options = "s3://" + location.removeprefix("s3a://"), storage_options(settings)
-    else:
-        uri, options = location, {}
+    if location.startswith("s3a://") and settings is None:
+        raise ValueError(f"{location}: the lake's settings are needed to read an s3a:// table")
+    uri = delta_rs_uri(location)
+    options = storage_options(settings) if settings is not None and uri != location else {}
     try:
         table = DeltaTable(uri, storage_options=options)
     except Exception as exc:  # delta-rs raises TableNotFoundError, OSError, ... by backend

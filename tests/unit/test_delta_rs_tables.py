@@ -18,6 +18,7 @@ from spark_jobs.table_io.driver import (
     TaskAppend,
     append_split_in_task,
     check_writable,
+    delta_rs_uri,
     log_metadata,
     storage_options,
     table_uri,
@@ -123,6 +124,7 @@ def test_uri_and_options_point_at_the_lake_bucket(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("LAKE_S3_SECRET_KEY", "lake-test-secret")
     settings = load_settings()
     assert table_uri(settings, "hot.funnel_15m") == f"s3://{settings.s3_bucket}/warehouse/hot/funnel_15m"
+    assert delta_rs_uri("/tmp/lake/hot/t") == "/tmp/lake/hot/t"  # a local table (unit tests) keeps its path
     opts = storage_options(settings)
     assert opts["AWS_ACCESS_KEY_ID"] == "lake-test-key" and opts["AWS_ENDPOINT_URL"] == settings.s3_endpoint
     assert opts["AWS_ALLOW_HTTP"] == str(settings.s3_endpoint.startswith("http://")).lower()
