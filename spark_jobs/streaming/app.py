@@ -86,13 +86,13 @@ def _run(settings: Settings) -> int:
     spark.sparkContext.setLogLevel("WARN")
     log.info("lake stream: Spark session up in %.1f s", time.monotonic() - t0)
     queries = []
-    if "cdc" in settings.stream_query_list:
-        queries.append(cdc.start(spark, settings))
-    if "events" in settings.stream_query_list:
-        queries.append(events.start(spark, settings))
-    for query in queries:
-        log.info("lake stream: query %s (%s) running, %.1f s after the start", query.name, query.id,
-                 time.monotonic() - t0)
+    for name, start in (("cdc", cdc.start), ("events", events.start)):
+        if name in settings.stream_query_list:
+            t = time.monotonic()
+            query = start(spark, settings)  # its tables ensured, then the query started
+            queries.append(query)
+            log.info("lake stream: query %s (%s) running, %.1f s after the start (its tables and start: %.1f s)",
+                     query.name, query.id, time.monotonic() - t0, time.monotonic() - t)
 
     stop_requested = threading.Event()
 

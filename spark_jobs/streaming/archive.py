@@ -375,7 +375,5 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     ensure_log_output()
     require_topic(settings, TOPIC)  # before the tables: the stream may read topics, not create them
     app = EventsApp(spark, settings)
-    t = time.monotonic()
     app.ensure_tables()
-    log.info("lake stream: %s tables ensured in %.1f s", QUERY, time.monotonic() - t)
     return start_on_topic(spark, settings, QUERY, events_stream, app.process, HOT, settings.events_trigger_seconds)

@@ -410,9 +410,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     """Create the CDC tables and start ``lake_cdc`` (Kafka ``shop.public.*`` -> foreachBatch)."""
     ensure_log_output()
     app = CdcApp(spark, settings)
-    t = time.monotonic()
     app.ensure_tables()
-    log.info("lake stream: %s tables ensured in %.1f s", QUERY, time.monotonic() - t)
     # Bounded in records, not bytes: a CDC record with TOASTed text (before and after image) is 10-30 KB;
     # splitting a partition's range into tasks of at most this many records parallelises the parse.
     return start_kafka_query(spark, settings, QUERY, ("subscribePattern", TOPIC_PATTERN),
