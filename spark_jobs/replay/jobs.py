@@ -76,7 +76,7 @@ def lake_for(spark: SparkSession, settings: Settings) -> Lake:
     from spark_jobs.table_io import register_table, table_location
 
     return Lake(spark, lambda name: table_location(settings, name),
-                register=lambda name: register_table(spark, settings, name))
+                register=lambda name: register_table(spark, settings, name), settings=settings)
 
 
 def dq_gate(spark: SparkSession, settings: Settings, run_id: str) -> Callable[..., tuple[bool, str]]:

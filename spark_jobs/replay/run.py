@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from spark_jobs.settings import Settings
+
 log = logging.getLogger(__name__)
 
 EVENTS_LEDGER = "ops.stream_events_ledger"
@@ -90,33 +92,48 @@ KafkaRange = Callable[[str, Offsets, Offsets], "DataFrame"]
 
 class Lake:
     """The replay's table I/O by name: locations from ``locate`` (the lake's canonical ones, or a test's), every
-    write through :mod:`spark_jobs.table_io`, catalog registration through ``register`` (None: paths only)."""
+    write through :mod:`spark_jobs.table_io`, catalog registration through ``register`` (None: paths only).
+
+    Versions, schemas and the rows a write wrote are read from the Delta log by delta-rs in the driver (``settings``:
+    the lake's S3 keys for ``s3a://`` locations; None for local paths): delta-spark loads a snapshot with Spark jobs
+    for each (docs/benchmarks.md, "`lake bench replay`")."""
 
     def __init__(self, spark: SparkSession, locate: Callable[[str], str],
-                 register: Callable[[str], None] | None = None) -> None:
+                 register: Callable[[str], None] | None = None, settings: Settings | None = None) -> None:
         self.spark = spark
         self.locate = locate
         self.register = register
+        self.settings = settings
 
     def location(self, name: str) -> str:
         return self.locate(name)
 
     def version(self, name: str) -> int | None:
-        from spark_jobs.table_io import delta_version
+        from spark_jobs.table_io.driver import log_version
 
-        return delta_version(self.spark, self.locate(name))
+        return log_version(self.settings, self.locate(name))
 
     def exists(self, name: str) -> bool:
         return self.version(name) is not None
 
+    def schema(self, name: str) -> StructType:
+        """``name``'s schema from its Delta log (no Spark job)."""
+        from spark_jobs.table_io.driver import log_metadata
+
+        self._require(name)
+        return log_metadata(self.settings, self.locate(name))[1]
+
     def read(self, name: str, version: int | None = None) -> DataFrame:
-        if not self.exists(name):
-            raise ReplayError(f"{name} does not exist at {self.locate(name)}: the streaming app creates it "
-                              "(`lake stream start`); nothing to replay from or into")
+        self._require(name)
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
         return reader.load(self.locate(name))
+
+    def _require(self, name: str) -> None:
+        if not self.exists(name):
+            raise ReplayError(f"{name} does not exist at {self.locate(name)}: the streaming app creates it "
+                              "(`lake stream start`); nothing to replay from or into")
 
     def create_empty(self, name: str, schema: StructType, like: str) -> None:
         """Make ``name`` an empty table with ``schema``, laid out as table ``like`` (its registry partitioning and
@@ -140,9 +157,9 @@ class Lake:
     def output_rows(self, name: str) -> int:
         """Rows the newest write of ``name`` wrote (the report of silver.events once said 0 rebuilt events beside
         145,772 rows, reading the newest commit: an auto compaction's)."""
-        from spark_jobs.table_io import written_rows
+        from spark_jobs.table_io.driver import log_written_rows
 
-        return written_rows(self.spark, self.locate(name))
+        return log_written_rows(self.settings, self.locate(name))
 
     def switch(self, name: str, rows: DataFrame, metadata: str) -> None:
         from spark_jobs.table_io import overwrite_location
@@ -299,9 +316,9 @@ class Replayer:
                                                    self.config.sample)]
         for line in rep.gaps:
             self.say(f"WARNING: {line}")
-        schema = self.lake.read(t.live).schema
+        schema = self.lake.schema(t.live)
         self.lake.create_empty(t.shadow, schema, t.live)
-        self.lake.create_empty(t.companion_shadow, self.lake.read(t.companion).schema, t.companion)
+        self.lake.create_empty(t.companion_shadow, self.lake.schema(t.companion), t.companion)
         rep.counts = apply_cdc(self.spark, bronze.where(in_range(None, rep.point)), t.topic, schema, t.keys,
                                self.lake.location(t.shadow), self.lake.location(t.companion_shadow))
 
@@ -319,7 +336,7 @@ class Replayer:
 
     def _like_live(self, rows: DataFrame, live: str) -> DataFrame:
         """``rows`` with the live table's columns, in its order (a missing one is an error naming it)."""
-        columns = self.lake.read(live).columns
+        columns = self.lake.schema(live).names
         missing = [c for c in columns if c not in rows.columns]
         if missing:
             raise ReplayError(f"the replayed rows of {live} lack its column(s) {missing}")
@@ -405,7 +422,7 @@ class Replayer:
                 bronze = self.lake.read(t.bronze)
                 end = offsets_at(bronze)
                 counts = apply_cdc(self.spark, bronze.where(in_range(rep.point, end)), t.topic,
-                                   self.lake.read(t.shadow).schema, t.keys, self.lake.location(t.shadow),
+                                   self.lake.schema(t.shadow), t.keys, self.lake.location(t.shadow),
                                    self.lake.location(t.companion_shadow))
                 rep.point = end
                 rep.counts.update({f"tail_{k}": v for k, v in counts.items()})
@@ -524,7 +541,7 @@ class Replayer:
             assert t.companion is not None
             bronze = self.lake.read(t.bronze)
             counts = apply_cdc(self.spark, bronze.where(in_range(point, None)), t.topic,
-                               self.lake.read(t.live).schema, t.keys, self.lake.location(t.live),
+                               self.lake.schema(t.live), t.keys, self.lake.location(t.live),
                                self.lake.location(t.companion))
             return counts["changes"]
         if t.kind == EVENTS:

@@ -137,16 +137,6 @@ def replace_table(df: DataFrame, settings: Settings, name: str, metadata: str | 
     writer.saveAsTable(name)
 
 
-def delta_version(spark: SparkSession, location: str) -> int | None:
-    """The latest version of the Delta table at ``location`` (None: no table there). Reads the log, no data."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, location):
-        return None
-    row = DeltaTable.forPath(spark, location).history(1).select("version").first()
-    return None if row is None else int(row[0])
-
-
 def overwrite_location(df: DataFrame, location: str, metadata: str) -> None:
     """Replace every row of the Delta table at ``location`` with ``df`` in one commit (``userMetadata`` =
     ``metadata``, shown by ``DESCRIBE HISTORY``): readers see the old or the new version, never a mix. The schema
@@ -172,17 +162,6 @@ def register_table(spark: SparkSession, settings: Settings, name: str) -> None:
 def append_to(df: DataFrame, location: str) -> None:
     """Append ``df`` to the Delta table at ``location`` (a replay's shadows and markers, ``ops.replays``)."""
     df.write.format("delta").mode("append").save(location)
-
-
-def written_rows(spark: SparkSession, location: str) -> int:
-    """Rows the newest write of the table at ``location`` wrote (its ``numOutputRows``; 0 when it wrote none). The
-    newest WRITE, not the newest commit: Delta's auto compaction may commit an OPTIMIZE right after it."""
-    from delta.tables import DeltaTable
-
-    row = (DeltaTable.forPath(spark, location).history(20).where("operation = 'WRITE'")
-           .orderBy("version", ascending=False).select("operationMetrics").first())
-    metrics = (row[0] if row else None) or {}
-    return int(metrics.get("numOutputRows", 0))
 
 
 def create_empty_at(spark: SparkSession, location: str, schema: StructType, like: str, exists: bool) -> None:

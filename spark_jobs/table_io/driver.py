@@ -71,18 +71,46 @@ def log_metadata(settings: Settings | None, location: str) -> tuple[dict[str, st
     table on a cold driver, most of every start of the streaming app (docs/benchmarks.md, "Stream start")."""
     import json
 
-    from deltalake import DeltaTable
     from pyspark.sql.types import StructType
+
+    table = _open_log(settings, location)
+    return dict(table.metadata().configuration), StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def log_version(settings: Settings | None, location: str) -> int | None:
+    """The latest version of the Delta table at Spark ``location`` from its log (delta-rs, no Spark job); None when
+    no Delta table is there."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(_open_log(settings, location).version())
+    except DriverDeltaError as exc:
+        if isinstance(exc.__cause__, TableNotFoundError):
+            return None
+        raise
+
+
+def log_written_rows(settings: Settings | None, location: str) -> int:
+    """Rows the newest write of the table at Spark ``location`` wrote (its ``numOutputRows``; 0 when it wrote none),
+    from the log's commit infos (delta-rs, no Spark job). The newest WRITE, not the newest commit: Delta's auto
+    compaction may commit an OPTIMIZE right after it."""
+    for commit in _open_log(settings, location).history(20):
+        if commit.get("operation") == "WRITE":
+            return int((commit.get("operationMetrics") or {}).get("numOutputRows", 0))
+    return 0
+
+
+def _open_log(settings: Settings | None, location: str) -> DeltaTable:
+    from deltalake import DeltaTable
 
     if location.startswith("s3a://") and settings is None:
         raise ValueError(f"{location}: the lake's settings are needed to read an s3a:// table")
     uri = delta_rs_uri(location)
     options = storage_options(settings) if settings is not None and uri != location else {}
     try:
-        table = DeltaTable(uri, storage_options=options)
+        return DeltaTable(uri, storage_options=options)
     except Exception as exc:  # delta-rs raises TableNotFoundError, OSError, ... by backend
         raise DriverDeltaError(f"cannot read the Delta log at {location} ({exc})") from exc
-    return dict(table.metadata().configuration), StructType.fromJson(json.loads(table.schema().to_json()))
 
 
 class DriverTable:

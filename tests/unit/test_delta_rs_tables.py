@@ -20,6 +20,8 @@ from spark_jobs.table_io.driver import (
     check_writable,
     delta_rs_uri,
     log_metadata,
+    log_version,
+    log_written_rows,
     storage_options,
     table_uri,
     writable_target,
@@ -181,3 +183,23 @@ def test_log_metadata_gives_what_spark_reads_and_refuses_a_missing_table(tmp_pat
         log_metadata(None, str(tmp_path / "none"))
     with pytest.raises(ValueError, match="settings"):
         log_metadata(None, "s3a://lake/warehouse/silver/t")
+
+
+def test_log_version_and_written_rows_give_what_spark_s_history_says(tmp_path: Path, spark: Any) -> None:
+    """The replay reads a table's version and the rows its newest write wrote from the Delta log with delta-rs: the
+    same as Spark's ``DESCRIBE HISTORY``, the newest WRITE taken past a later OPTIMIZE; no table there is None."""
+    from delta.tables import DeltaTable as SparkTable
+
+    location = str(tmp_path / "t")
+    assert log_version(None, location) is None
+    spark.range(7).write.format("delta").save(location)
+    spark.range(3).write.format("delta").mode("append").save(location)
+    assert log_version(None, location) == 1
+    assert log_written_rows(None, location) == 3
+    SparkTable.forPath(spark, location).optimize().executeCompaction()
+    newest = SparkTable.forPath(spark, location).history(1).head()
+    assert newest is not None and newest["operation"] == "OPTIMIZE"
+    assert log_version(None, location) == newest["version"] == 2
+    assert log_written_rows(None, location) == 3
+    (tmp_path / "empty").mkdir()
+    assert log_version(None, str(tmp_path / "empty")) is None
