@@ -78,10 +78,11 @@ def backfill(start: date, end: date, reprocess: str, max_active_runs: int, timeo
         with progress.steps("gold backfill (days)", len(days)) as advance:
             states = client.wait_backfill(
                 GOLD_DAG, int(bf["id"]), days, timeout,
-                on_states=lambda s: advance(sum(1 for v in s.values() if v in ("success", "failed"))))
+                on_states=lambda s: advance(sum(1 for v in s.values() if v in ("success", "failed", "skipped"))))
     except AirflowError as exc:
         return fail(prog, exc, 1)
     bad = {d: s for d, s in states.items() if s != "success"}
     click.echo(f"{prog}: {len(days) - len(bad)}/{len(days)} day(s) succeeded in {time.monotonic() - t0:.0f} s"
-               + (f"; failed: {', '.join(sorted(bad))} (see the task logs in the UI)" if bad else ""))
+               + (f"; not succeeded: {', '.join(f'{d} ({s})' for d, s in sorted(bad.items()))} (see the task logs in "
+                  "the UI; 'skipped': no run of the day, e.g. outside the DAG's schedule)" if bad else ""))
     return 1 if bad else 0

@@ -129,6 +129,10 @@ class AirflowClient:
                       on_states: Callable[[dict[str, str]], None] | None = None) -> dict[str, str]:
         """Wait until the backfill's run of every day ended; returns {day: state}.
 
+        A day the backfill did not run because another run of it existed (Airflow skips a day whose run is in
+        flight, e.g. the scheduled run of the latest interval that unpausing the DAG starts; and, by the
+        reprocess behaviour, one already done) is that run's: its state is waited for and returned, and the
+        progress line names its run type. A day with no run at all once the backfill completed is ``skipped``.
         ``progress`` logs each change of the days' states; ``on_states`` gets them at every poll (a progress bar).
         """
         want = {d.isoformat() for d in days}
@@ -144,13 +148,18 @@ class AirflowClient:
                 # A run of an earlier backfill of the same day counts only once this one has queued it again.
                 if start in want and _instant(r.get("queued_at")) >= created:
                     states[start] = r["state"]
+            others = self._runs_the_backfill_left(dag_id, want - states.keys()) if done.get("completed_at") else {}
+            for day, run in others.items():
+                states[day] = run["state"] if run else "skipped"
             if on_states is not None:
                 on_states(states)
-            line = ", ".join(f"{d}={states.get(d, 'pending')}" for d in sorted(want))
+            left = {d: f" ({run['run_type']} run: the backfill left the day to it)"
+                    for d, run in others.items() if run is not None}
+            line = ", ".join(f"{d}={states.get(d, 'pending')}{left.get(d, '')}" for d in sorted(want))
             if progress and line != last:
                 log.info(f"  backfill {backfill_id}: {line}")
                 last = line
-            finished = all(states.get(d) in ("success", "failed") for d in want)
+            finished = all(states.get(d) in ("success", "failed", "skipped") for d in want)
             return finished and bool(done.get("completed_at") or all(states.get(d) == "success" for d in want)), \
                 states, line
 
@@ -158,6 +167,20 @@ class AirflowClient:
         if not ended:
             raise AirflowError(f"backfill {backfill_id} of {dag_id} not finished after {timeout:.0f} s: {line}")
         return states
+
+    def _runs_the_backfill_left(self, dag_id: str, days: set[str]) -> dict[str, dict[str, Any] | None]:
+        """Per day of ``days`` (the completed backfill ran none of them), the newest run of another type whose data
+        interval starts on it, or None."""
+        if not days:
+            return {}
+        found: dict[str, dict[str, Any] | None] = dict.fromkeys(days)
+        for r in self.runs(dag_id):
+            start = (r.get("data_interval_start") or "")[:10]
+            if start in found and r.get("run_type") != "backfill":
+                kept = found[start]
+                if kept is None or _instant(r.get("queued_at")) > _instant(kept.get("queued_at")):
+                    found[start] = r
+        return found
 
 
 def _instant(text: str | None) -> datetime:

@@ -139,3 +139,33 @@ def test_wait_backfill_polls_until_every_day_ended(tmp_path: Path, monkeypatch: 
                                             ("GET", runs): [(200, {"dag_runs": [_run("2024-01-01", "running")]})]})
     with pytest.raises(AirflowError, match="backfill 7 of lake_gold_daily not finished after 0 s: 2024-01-01=running"):
         api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 1)], timeout=0)
+
+
+def test_wait_backfill_follows_the_run_a_backfill_left_a_day_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                slept: list[float], caplog: pytest.LogCaptureFixture
+                                                                ) -> None:
+    """Unpausing the DAG starts the scheduled run of the latest interval; a backfill created meanwhile skips that day
+    (Airflow leaves a day whose run is in flight to that run). The wait follows that run to its end instead of
+    waiting for a backfill run that never comes (the serving test once hung 15 minutes on it); a day no run
+    covers once the backfill completed is 'skipped', not waited for."""
+    import logging
+
+    done = {"created_at": "2024-02-01T10:00:00Z", "completed_at": "2024-02-01T10:05:00Z"}
+    backfill_runs = "/api/v2/dags/lake_gold_daily/dagRuns?limit=100&run_type=backfill"
+    every_run = "/api/v2/dags/lake_gold_daily/dagRuns?limit=100"
+    scheduled = {**_run("2024-01-02", "running"), "run_type": "scheduled", "queued_at": "2024-02-01T09:59:00Z"}
+    older = {**_run("2024-01-02", "failed"), "run_type": "manual", "queued_at": "2024-01-03T00:00:00Z"}
+    api, _ = client(tmp_path, monkeypatch, {
+        ("GET", "/api/v2/backfills/7"): [(200, done)],
+        ("GET", backfill_runs): [(200, {"dag_runs": [{**_run("2024-01-01", "success"), "run_type": "backfill"}]})],
+        ("GET", every_run): [(200, {"dag_runs": [older, scheduled]}),
+                             (200, {"dag_runs": [older, {**scheduled, "state": "success"}]})],
+    })
+    with caplog.at_level(logging.INFO):
+        states = api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 1), date(2024, 1, 2)])
+    assert states == {"2024-01-01": "success", "2024-01-02": "success"} and slept == [3]
+    assert "2024-01-02=running (scheduled run: the backfill left the day to it)" in caplog.text
+    api, _ = client(tmp_path, monkeypatch, {("GET", "/api/v2/backfills/7"): [(200, done)],
+                                            ("GET", backfill_runs): [(200, {"dag_runs": []})],
+                                            ("GET", every_run): [(200, {"dag_runs": []})]})
+    assert api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 3)], progress=False) == {"2024-01-03": "skipped"}
