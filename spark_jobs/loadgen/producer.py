@@ -37,7 +37,10 @@ from spark_jobs.waits import poll_until
 if TYPE_CHECKING:
     from spark_jobs.settings import Settings
 
-LINGER_MS = 5
+#: librdkafka batches a partition's records for this long. With 5 ms, a load of thousands of events a second went
+#: out as hundreds of tiny produce requests a second, and the requests, not the records, cost the broker's and this
+#: process's CPU, which the stream shares on a small machine (docs/benchmarks.md, "The load generator's share").
+LINGER_MS = 50
 COMPRESSION = "lz4"
 MAX_KEPT_ERRORS = 10
 

@@ -77,7 +77,7 @@ def test_config_is_idempotent_ordered_and_batched() -> None:
     assert p.topic == TOPIC
     cfg = p.config
     assert cfg["enable.idempotence"] is True and cfg["acks"] == "all"
-    assert cfg["bootstrap.servers"] == BOOTSTRAP and cfg["linger.ms"] == 5
+    assert cfg["bootstrap.servers"] == BOOTSTRAP and cfg["linger.ms"] == 50
     assert cfg["compression.type"] in ("lz4", "none")
 
 
