@@ -121,8 +121,9 @@ def served(stack: Settings) -> Iterator[Settings]:
     write_history(DAYS, orders_per_day=80, events_per_day=800, seeds=range(301, 330))
     load_in_background(stack, seed=66, seconds=20, rate=100).join()
     wait_stream(900)
-    # Two days of gold take minutes here; in this stop's only run the wait did not end within 20 minutes (cause
-    # not found): fail after 15 rather than hold the suite for the helper's default 40.
+    # Two days of gold take minutes here: fail after 15 rather than hold the suite for the helper's default 40. (A
+    # wait that never ended was the scheduled run unpausing starts taking the latest day from the backfill:
+    # AirflowClient.wait_backfill now follows that run.)
     states = gold_backfill(stack, _days()[:-1], "completed", timeout=900)
     assert set(states.values()) == {"success"}, states
     yield stack
