@@ -102,6 +102,7 @@ def _fake_services(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     monkeypatch.setattr(bench, "_latencies", lambda spark, since: [1.0, 2.0])
     monkeypatch.setattr(bench, "_cdc_status", lambda settings: {})
     monkeypatch.setattr(bench, "_first_batch_start", lambda settings, after, timeout: 990.0)
+    monkeypatch.setattr(bench, "_query_running", lambda settings, query, log_from, timeout: True)
     monkeypatch.setattr(bench._Driver, "pid", lambda self: None)
     monkeypatch.setattr(bench, "_silver_query_seconds", lambda spark: {"rows": 1, "best_s": 0.1, "runs_s": [0.1]})
     monkeypatch.setattr(time, "sleep", lambda seconds: None)
@@ -150,3 +151,26 @@ def test_bench_cdc_runs_without_bars_by_default(monkeypatch: pytest.MonkeyPatch)
     _fake_services(monkeypatch)
     result = bench_cdc(load_settings({}), rate=100, duration=30, backlog_seconds=20, seed=1, warmup=0)
     assert result["steady"]["changes_committed"] == 100
+
+
+def test_the_catch_up_cpu_window_opens_when_the_cdc_query_runs(tmp_path: Any) -> None:
+    """The catch-up's CPU snapshot waits for the stream log's line that the CDC query runs (written after
+    ``log_from``), not for its first committed batch: a backlog applied in one batch fell outside the window."""
+    from spark_jobs.bench.cdc import _query_running
+    from spark_jobs.settings import load_settings
+    from spark_jobs.stack import stream_control as control
+    from spark_jobs.stack import supervisor
+
+    settings = load_settings({"LAKE_STATE_DIR": str(tmp_path)})
+    log = supervisor.log_path(settings, control.PROGRAM)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    old = "lake stream: query lake_cdc (a1) running, 25.7 s after the start (its tables and start: 11.9 s)\n"
+    log.write_text(old)
+    assert _query_running(settings, "lake_cdc", 0, timeout=0) is True
+    assert _query_running(settings, "lake_cdc", len(old), timeout=0) is False  # an earlier start's line
+    with log.open("a") as f:
+        f.write("lake stream: query lake_events (b2) running, 30.1 s after the start (its tables and start: 4.4 s)\n")
+    assert _query_running(settings, "lake_cdc", len(old), timeout=0) is False
+    with log.open("a") as f:
+        f.write("lake stream: query lake_cdc (c3) running, 20.0 s after the start (its tables and start: 9.0 s)\n")
+    assert _query_running(settings, "lake_cdc", len(old), timeout=0) is True
