@@ -215,21 +215,26 @@ def _first_batch_start(settings: Settings, after_batch: int | None, timeout: flo
 
 def _query_running(settings: Settings, query: str, log_from: int, timeout: float) -> bool:
     """Wait until the streaming app's log (past ``log_from``) says ``query`` is running; False after ``timeout``."""
+    needle = f"lake stream: query {query} ("
+
+    def running() -> bool | None:
+        text = _log_since(settings, log_from) or ""
+        return True if any(needle in line and " running, " in line for line in text.splitlines()) else None
+
+    return bool(poll(running, timeout, every=0.2))
+
+
+def _log_since(settings: Settings, log_from: int) -> str | None:
+    """The streaming app's log past byte ``log_from`` (None: no log yet)."""
     from spark_jobs.stack import stream_control as control
     from spark_jobs.stack import supervisor
 
     path = supervisor.log_path(settings, control.PROGRAM)
-    needle = f"lake stream: query {query} ("
-
-    def running() -> bool | None:
-        if not path.exists():
-            return None
-        with path.open("rb") as f:
-            f.seek(log_from)
-            text = f.read().decode("utf-8", "replace")
-        return True if any(needle in line and " running, " in line for line in text.splitlines()) else None
-
-    return bool(poll(running, timeout, every=0.2))
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        f.seek(log_from)
+        return f.read().decode("utf-8", "replace")
 
 
 def log_offset(settings: Settings) -> int:
@@ -246,15 +251,9 @@ def batch_breakdown(settings: Settings, query: str, log_from: int) -> dict[str, 
     mean records and seconds, mean Spark jobs and Delta commits, and mean seconds per stage."""
     import re
 
-    from spark_jobs.stack import stream_control as control
-    from spark_jobs.stack import supervisor
-
-    path = supervisor.log_path(settings, control.PROGRAM)
-    if not path.exists():
+    text = _log_since(settings, log_from)
+    if text is None:
         return {}
-    with path.open("rb") as f:
-        f.seek(log_from)
-        text = f.read().decode(errors="replace")
     line = re.compile(rf"lake stream: query={re.escape(query)} batch=(\d+) records=(\d+) seconds=([0-9.]+) ?(.*)")
     batches = []
     for m in line.finditer(text):

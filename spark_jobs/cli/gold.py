@@ -9,7 +9,7 @@ import click
 
 from spark_jobs.cli import progress
 from spark_jobs.cli.base import ISO_DATE, LakeGroup, comma_list, fail
-from spark_jobs.stack.airflow_api import REPROCESS
+from spark_jobs.stack.airflow_api import ENDED, REPROCESS
 
 
 @click.group("gold", cls=LakeGroup)
@@ -78,7 +78,7 @@ def backfill(start: date, end: date, reprocess: str, max_active_runs: int, timeo
         with progress.steps("gold backfill (days)", len(days)) as advance:
             states = client.wait_backfill(
                 GOLD_DAG, int(bf["id"]), days, timeout,
-                on_states=lambda s: advance(sum(1 for v in s.values() if v in ("success", "failed", "skipped"))))
+                on_states=lambda s: advance(sum(1 for v in s.values() if v in ENDED)))
     except AirflowError as exc:
         return fail(prog, exc, 1)
     bad = {d: s for d, s in states.items() if s != "success"}

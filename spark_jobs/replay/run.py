@@ -118,10 +118,13 @@ class Lake:
 
     def schema(self, name: str) -> StructType:
         """``name``'s schema from its Delta log (no Spark job)."""
-        from spark_jobs.table_io.driver import log_metadata
+        from spark_jobs.table_io.driver import DriverDeltaError, log_metadata
 
-        self._require(name)
-        return log_metadata(self.settings, self.locate(name))[1]
+        try:
+            return log_metadata(self.settings, self.locate(name))[1]
+        except DriverDeltaError:
+            self._require(name)  # no table there: say so as the replay does; another log error as it is
+            raise
 
     def read(self, name: str, version: int | None = None) -> DataFrame:
         self._require(name)

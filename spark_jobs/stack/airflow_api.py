@@ -43,6 +43,10 @@ def _status_is(exc: BaseException, status: int) -> bool:
     return isinstance(exc, AirflowApiError) and exc.status == status
 
 
+#: The day states :meth:`AirflowClient.wait_backfill` ends on (``skipped``: no run covers the day).
+ENDED = ("success", "failed", "skipped")
+
+
 class AirflowClient:
     def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
         self.base = settings.airflow_url.rstrip("/")
@@ -159,7 +163,7 @@ class AirflowClient:
             if progress and line != last:
                 log.info(f"  backfill {backfill_id}: {line}")
                 last = line
-            finished = all(states.get(d) in ("success", "failed", "skipped") for d in want)
+            finished = all(states.get(d) in ENDED for d in want)
             return finished and bool(done.get("completed_at") or all(states.get(d) == "success" for d in want)), \
                 states, line
 
