@@ -7,7 +7,9 @@ from __future__ import annotations
 import socket
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +19,8 @@ from tests.integration.lakehelpers import beeline
 from tests.integration.test_hardening import Listener, _listeners, streaming  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 #: Ports that speak Spark's RPC (netty transport): with spark.authenticate they expect an auth challenge first.
 SPARK_RPC_PORTS = ("thrift_driver_port", "thrift_block_manager_port", "spark_connect_driver_port",
@@ -61,15 +65,26 @@ def _answers_unauthenticated_rpc(host: str, port: int) -> bool:
     return not refused_in_auth
 
 
+def _each_listener(probe: Callable[[Listener], T], listeners: list[Listener]) -> list[tuple[Listener, T]]:
+    """``probe`` of every listener, all at once: a port that holds the connection silently costs its full timeout
+    (10 s), and one after the other they took 60-70 s of the suite."""
+    with ThreadPoolExecutor(max_workers=len(listeners)) as pool:
+        return list(zip(listeners, pool.map(probe, listeners), strict=True))
+
+
+def _catalog_answer(listener: Listener) -> list[str] | None:
+    try:
+        return health.metastore_databases(listener.address, listener.port, timeout=10)
+    except Exception:
+        return None
+
+
 def test_no_listener_serves_the_catalog_to_a_raw_thrift_client(listeners: list[Listener]) -> None:
     # The Thrift get_all_databases that listed every database on the old metastore port (issue 32, item 2),
     # sent to every port of the stack's process trees.
-    for listener in listeners:
-        try:
-            names = health.metastore_databases(listener.address, listener.port, timeout=10)
-        except Exception:
-            continue
-        pytest.fail(f"{listener} answered get_all_databases without a login: {names}")
+    answered = [f"{listener}: {names}" for listener, names in _each_listener(_catalog_answer, listeners)
+                if names is not None]
+    assert answered == [], f"answered get_all_databases without a login: {answered}"
 
 
 def test_spark_rpc_ports_refuse_a_client_without_the_secret(streaming: Settings,  # noqa: F811
@@ -77,9 +92,9 @@ def test_spark_rpc_ports_refuse_a_client_without_the_secret(streaming: Settings,
     ports = {getattr(streaming, name) for name in SPARK_RPC_PORTS}
     live = [listener for listener in listeners if listener.port in ports]
     assert {"thrift", "spark-connect", "stream"} <= {listener.program for listener in live}, live
-    for listener in live:
-        assert not _answers_unauthenticated_rpc(listener.address, listener.port), (
-            f"{listener} answered a Spark RPC sent without the spark.authenticate handshake")
+    answered = [str(listener) for listener, yes in _each_listener(
+        lambda listener: _answers_unauthenticated_rpc(listener.address, listener.port), live) if yes]
+    assert answered == [], f"answered a Spark RPC sent without the spark.authenticate handshake: {answered}"
 
 
 def test_thrift_login_cannot_read_state_dir_files(stack: Settings) -> None:

@@ -137,12 +137,22 @@ def lake(tmp_path: Path, spark: Any, request: pytest.FixtureRequest) -> Lake:
     return Lake(tmp_path, spark, request.param)
 
 
+#: An edge case whose Spark's MERGE variant is `extended` (tests/README.md): 15-45 s each there on our 2 cores, and
+#: both engines run the same statement (``merge_plan``) on the same newest change per key (``newest_changes``). The
+#: core suite keeps Spark's MERGE for the cases where its side differs from the task's (its markers append and
+#: commit order, the snapshot and TOAST conditions in Spark SQL, a widened table) and for a random run with re-sends.
+SPARK_EXTENDED = pytest.mark.parametrize("lake", ["task", pytest.param("spark", marks=pytest.mark.extended)],
+                                         indirect=True)
+
+
+@SPARK_EXTENDED
 def test_out_of_order_across_batches_older_change_is_ignored(lake: Lake) -> None:
     lake.apply([change("u", {"id": 1}, after=row(1, "shipped"), commit=300, lsn=310)])
     lake.apply([change("u", {"id": 1}, after=row(1, "paid"), commit=200, lsn=210)])
     assert lake.rows() == [(1, "shipped", "n", "u", 1, 300, 310)]
 
 
+@SPARK_EXTENDED
 def test_duplicate_event_is_applied_once(lake: Lake) -> None:
     event = change("c", {"id": 1}, after=row(1), commit=100, lsn=110)
     lake.apply([event, event])
@@ -166,6 +176,7 @@ def test_replayed_batch_changes_nothing_and_appends_its_markers_once(lake: Lake)
     assert lake.markers() == [(2, 200)]
 
 
+@SPARK_EXTENDED
 def test_delete_then_reinsert_same_key(lake: Lake, tmp_path: Path, spark: Any) -> None:
     created = change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)
     deleted = change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)
@@ -183,6 +194,7 @@ def test_delete_then_reinsert_same_key(lake: Lake, tmp_path: Path, spark: Any) -
     assert other.rows() == [(1, "again", "n", "c", 1, 300, 310)]
 
 
+@SPARK_EXTENDED
 def test_resent_change_after_delete_is_dropped_by_the_delete_markers(lake: Lake) -> None:
     """Silver forgets a deleted row, the marker table does not: a re-sent older insert stays out, across restarts."""
     created = change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)
@@ -229,17 +241,20 @@ def test_crash_between_silver_and_the_markers_loses_no_delete(lake: Lake) -> Non
     assert lake.rows() == []
 
 
+@SPARK_EXTENDED
 def test_delete_older_than_row_is_ignored(lake: Lake) -> None:
     lake.apply([change("u", {"id": 1}, after=row(1, "paid"), commit=300, lsn=310)])
     lake.apply([change("d", {"id": 1}, before={"id": 1}, commit=200, lsn=210)])
     assert lake.rows() == [(1, "paid", "n", "u", 1, 300, 310)]
 
 
+@SPARK_EXTENDED
 def test_delete_of_a_key_silver_never_had_inserts_nothing(lake: Lake) -> None:
     lake.apply([change("d", {"id": 9}, before={"id": 9}, commit=200, lsn=210)])
     assert lake.rows() == []
 
 
+@SPARK_EXTENDED
 def test_primary_key_change_moves_the_row(lake: Lake) -> None:
     lake.apply([change("c", {"id": 1}, after=row(1, "new"), commit=100, lsn=110)])
     lake.apply([change("d", {"id": 1}, before={"id": 1}, commit=400, lsn=410), tombstone({"id": 1}),
@@ -275,6 +290,7 @@ def test_toast_placeholder_keeps_target_value(lake: Lake) -> None:
     assert lake.rows(["notes"]) == [("short now",)]
 
 
+@SPARK_EXTENDED
 def test_toast_placeholder_after_insert_in_the_same_batch(lake: Lake) -> None:
     lake.apply([
         change("c", {"id": 1}, after=row(1, "a", notes="long text"), commit=10, lsn=10),
@@ -286,6 +302,7 @@ def test_toast_placeholder_after_insert_in_the_same_batch(lake: Lake) -> None:
     assert lake.rows(["id", "notes", "status"]) == [(1, "long text", "b"), (2, None, "y"), (3, UNAVAILABLE_VALUE, "z")]
 
 
+@SPARK_EXTENDED
 def test_toast_placeholder_stored_for_a_key_first_seen_by_an_update(lake: Lake) -> None:
     """An update with the placeholder for a key silver lacks is stored as is; an older snapshot read of the key
     (it loses to the streamed change) must not fill it."""
@@ -310,7 +327,7 @@ def test_added_column_flows_into_extra_then_into_its_own_column(lake: Lake) -> N
     assert lake.rows(["id", "coupon", "discount", "_extra"]) == [(1, "SUMMER", Decimal("3.75"), None)]
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ["task", pytest.param("spark", marks=pytest.mark.extended)])
 def test_interleaved_transactions_ordered_by_commit_not_change_lsn(tmp_path: Path, spark: Any, engine: str) -> None:
     # T1 writes at LSN 180 and commits first; T2 began earlier, wrote at LSN 150, commits after T1.
     # T2's events carry T1's commit LSN (250) as last commit: by change LSN or ts_ms T1 would win.
@@ -324,6 +341,7 @@ def test_interleaved_transactions_ordered_by_commit_not_change_lsn(tmp_path: Pat
         assert lake.rows() == want
 
 
+@SPARK_EXTENDED
 def test_changes_within_a_transaction_ordered_by_change_lsn(lake: Lake) -> None:
     lake.apply([change("u", {"id": 1}, after=row(1, "second"), commit=100, lsn=120),
                 change("u", {"id": 1}, after=row(1, "first"), commit=100, lsn=110),
@@ -331,6 +349,7 @@ def test_changes_within_a_transaction_ordered_by_change_lsn(lake: Lake) -> None:
     assert lake.rows(["id", "status", "_change_lsn"]) == [(1, "second", 120), (2, "new", 115)]
 
 
+@SPARK_EXTENDED
 def test_typed_values_and_source_time(lake: Lake) -> None:
     lake.apply([change("c", {"id": 1}, after=row(1, amount="1234.50", notes="äöü 東京 €"), commit=90, lsn=120)])
     got = lake.current()[0]
