@@ -45,6 +45,8 @@ def _status_is(exc: BaseException, status: int) -> bool:
 
 #: The day states :meth:`AirflowClient.wait_backfill` ends on (``skipped``: no run covers the day).
 ENDED = ("success", "failed", "skipped")
+#: Runs per request of :meth:`AirflowClient.runs` (the API's default page).
+RUNS_PAGE = 100
 
 
 class AirflowClient:
@@ -107,8 +109,19 @@ class AirflowClient:
                                                          "waiting for it to finish")))
 
     def runs(self, dag_id: str, **query: str) -> list[dict[str, Any]]:
-        q = "&".join(f"{k}={v}" for k, v in {"limit": "100", **query}.items())
-        return list(self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?{q}")["dag_runs"])
+        """Every run of ``dag_id`` that ``query`` (the API's filters, e.g. ``run_type``) selects, oldest first.
+
+        Read page by page: the API answers at most a page, its oldest runs first, so a DAG with more runs than
+        that (a lake some months old, a backfill of more days) would hide its newest ones, and a wait for them
+        would never end."""
+        out: list[dict[str, Any]] = []
+        while True:
+            q = urllib.parse.urlencode({**query, "order_by": "id", "limit": RUNS_PAGE, "offset": len(out)})
+            doc = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?{q}")
+            page = list(doc["dag_runs"])
+            out.extend(page)
+            if len(page) < RUNS_PAGE or len(out) >= int(doc.get("total_entries", len(out))):
+                return out
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return list(self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])

@@ -125,7 +125,7 @@ def _run(day: str, state: str) -> dict[str, str]:
 def test_wait_backfill_polls_until_every_day_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    slept: list[float]) -> None:
     created = {"created_at": "2024-02-01T10:00:00Z", "completed_at": None}
-    runs = "/api/v2/dags/lake_gold_daily/dagRuns?limit=100&run_type=backfill"
+    runs = "/api/v2/dags/lake_gold_daily/dagRuns?run_type=backfill&order_by=id&limit=100&offset=0"
     api, _ = client(tmp_path, monkeypatch, {
         ("GET", "/api/v2/backfills/7"): [(200, created), (200, created), (200, {**created, "completed_at": "x"})],
         ("GET", runs): [(200, {"dag_runs": [_run("2024-01-01", "running")]}),
@@ -151,8 +151,8 @@ def test_wait_backfill_follows_the_run_a_backfill_left_a_day_to(tmp_path: Path, 
     import logging
 
     done = {"created_at": "2024-02-01T10:00:00Z", "completed_at": "2024-02-01T10:05:00Z"}
-    backfill_runs = "/api/v2/dags/lake_gold_daily/dagRuns?limit=100&run_type=backfill"
-    every_run = "/api/v2/dags/lake_gold_daily/dagRuns?limit=100"
+    backfill_runs = "/api/v2/dags/lake_gold_daily/dagRuns?run_type=backfill&order_by=id&limit=100&offset=0"
+    every_run = "/api/v2/dags/lake_gold_daily/dagRuns?order_by=id&limit=100&offset=0"
     scheduled = {**_run("2024-01-02", "running"), "run_type": "scheduled", "queued_at": "2024-02-01T09:59:00Z"}
     older = {**_run("2024-01-02", "failed"), "run_type": "manual", "queued_at": "2024-01-03T00:00:00Z"}
     api, _ = client(tmp_path, monkeypatch, {
@@ -169,3 +169,23 @@ def test_wait_backfill_follows_the_run_a_backfill_left_a_day_to(tmp_path: Path, 
                                             ("GET", backfill_runs): [(200, {"dag_runs": []})],
                                             ("GET", every_run): [(200, {"dag_runs": []})]})
     assert api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 3)], progress=False) == {"2024-01-03": "skipped"}
+
+
+def test_runs_reads_every_page_so_the_newest_runs_are_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          slept: list[float]) -> None:
+    """The API answers its oldest runs first, a page at a time: a backfill whose runs come after the first page
+    (a lake with months of runs) is still waited out, not polled forever."""
+    old = [{**_run(f"2023-{m:02d}-{d:02d}", "success"), "run_type": "backfill", "queued_at": "2023-12-31T00:00:00Z"}
+           for m in range(1, 13) for d in range(1, 18)]  # 204 runs of older backfills
+    new = {**_run("2024-01-01", "success"), "run_type": "backfill"}
+    runs = [*old, new]
+    page = "/api/v2/dags/lake_gold_daily/dagRuns?run_type=backfill&order_by=id&limit=100&offset={}"
+    done = {"created_at": "2024-02-01T10:00:00Z", "completed_at": "2024-02-01T10:05:00Z"}
+    api, fake = client(tmp_path, monkeypatch, {
+        ("GET", "/api/v2/backfills/7"): [(200, done)],
+        **{("GET", page.format(at)): [(200, {"dag_runs": runs[at:at + 100], "total_entries": len(runs)})]
+           for at in (0, 100, 200)},
+    })
+    assert api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 1)], progress=False) == {"2024-01-01": "success"}
+    assert [path for _, path in fake.calls if "dagRuns" in path] == [page.format(at) for at in (0, 100, 200)]
+    assert len(api.runs("lake_gold_daily", run_type="backfill")) == 205
