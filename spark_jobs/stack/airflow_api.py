@@ -45,7 +45,7 @@ def _status_is(exc: BaseException, status: int) -> bool:
 
 #: The day states :meth:`AirflowClient.wait_backfill` ends on (``skipped``: no run covers the day).
 ENDED = ("success", "failed", "skipped")
-#: Runs per request of :meth:`AirflowClient.runs` (the API's default page).
+#: Runs asked for per request of :meth:`AirflowClient.runs` (Airflow's ``maximum_page_limit`` is 100 by default).
 RUNS_PAGE = 100
 
 
@@ -120,7 +120,8 @@ class AirflowClient:
             doc = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns?{q}")
             page = list(doc["dag_runs"])
             out.extend(page)
-            if len(page) < RUNS_PAGE or len(out) >= int(doc.get("total_entries", len(out))):
+            # The server may cap a page below RUNS_PAGE (``[api] maximum_page_limit``): its total decides the end.
+            if not page or len(out) >= int(doc.get("total_entries", 0)):
                 return out
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:

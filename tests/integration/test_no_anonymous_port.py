@@ -68,7 +68,7 @@ def _answers_unauthenticated_rpc(host: str, port: int) -> bool:
 def _each_listener(probe: Callable[[Listener], T], listeners: list[Listener]) -> list[tuple[Listener, T]]:
     """``probe`` of every listener, all at once: a port that holds the connection silently costs its full timeout
     (10 s), and one after the other they took 60-70 s of the suite."""
-    with ThreadPoolExecutor(max_workers=len(listeners)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, len(listeners))) as pool:
         return list(zip(listeners, pool.map(probe, listeners), strict=True))
 
 

@@ -189,3 +189,15 @@ def test_runs_reads_every_page_so_the_newest_runs_are_seen(tmp_path: Path, monke
     assert api.wait_backfill("lake_gold_daily", 7, [date(2024, 1, 1)], progress=False) == {"2024-01-01": "success"}
     assert [path for _, path in fake.calls if "dagRuns" in path] == [page.format(at) for at in (0, 100, 200)]
     assert len(api.runs("lake_gold_daily", run_type="backfill")) == 205
+
+
+def test_runs_follows_the_total_when_the_server_caps_a_page_below_the_ask(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Airflow with ``[api] maximum_page_limit`` under 100 answers fewer runs than asked: not the last page."""
+    runs = [_run(f"2024-01-{d:02d}", "success") for d in range(1, 31)]
+    page = "/api/v2/dags/lake_gold_daily/dagRuns?order_by=id&limit=100&offset={}"
+    api, fake = client(tmp_path, monkeypatch, {
+        ("GET", page.format(at)): [(200, {"dag_runs": runs[at:at + 10], "total_entries": len(runs)})]
+        for at in (0, 10, 20)})
+    assert api.runs("lake_gold_daily") == runs
+    assert len(fake.calls) == 3
