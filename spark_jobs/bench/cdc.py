@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spark_jobs.bench.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
@@ -218,18 +219,22 @@ def _query_running(settings: Settings, query: str, log_from: int, timeout: float
     needle = f"lake stream: query {query} ("
 
     def running() -> bool | None:
-        text = _log_since(settings, log_from) or ""
+        text = log_since(settings, log_from) or ""
         return True if any(needle in line and " running, " in line for line in text.splitlines()) else None
 
     return bool(poll(running, timeout, every=0.2))
 
 
-def _log_since(settings: Settings, log_from: int) -> str | None:
-    """The streaming app's log past byte ``log_from`` (None: no log yet)."""
+def _stream_log(settings: Settings) -> Path:
     from spark_jobs.stack import stream_control as control
     from spark_jobs.stack import supervisor
 
-    path = supervisor.log_path(settings, control.PROGRAM)
+    return supervisor.log_path(settings, control.PROGRAM)
+
+
+def log_since(settings: Settings, log_from: int) -> str | None:
+    """The streaming app's log past byte ``log_from`` (:func:`log_offset`; None: no log yet)."""
+    path = _stream_log(settings)
     if not path.exists():
         return None
     with path.open("rb") as f:
@@ -238,11 +243,8 @@ def _log_since(settings: Settings, log_from: int) -> str | None:
 
 
 def log_offset(settings: Settings) -> int:
-    """Where the streaming app's log ends now (batches after this are read by :func:`batch_breakdown`)."""
-    from spark_jobs.stack import stream_control as control
-    from spark_jobs.stack import supervisor
-
-    path = supervisor.log_path(settings, control.PROGRAM)
+    """Where the streaming app's log ends now (what it logs after this is read by :func:`log_since`)."""
+    path = _stream_log(settings)
     return path.stat().st_size if path.exists() else 0
 
 
@@ -251,7 +253,7 @@ def batch_breakdown(settings: Settings, query: str, log_from: int) -> dict[str, 
     mean records and seconds, mean Spark jobs and Delta commits, and mean seconds per stage."""
     import re
 
-    text = _log_since(settings, log_from)
+    text = log_since(settings, log_from)
     if text is None:
         return {}
     line = re.compile(rf"lake stream: query={re.escape(query)} batch=(\d+) records=(\d+) seconds=([0-9.]+) ?(.*)")

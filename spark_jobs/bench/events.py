@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs import kafka_auth
-from spark_jobs.bench.cdc import NO_BARS, Bars, percentile
+from spark_jobs.bench.cdc import NO_BARS, Bars, log_offset, log_since, percentile
 from spark_jobs.bench.proc_cpu import cpu_snapshot, cpu_split, stream_executors_of
 from spark_jobs.settings import Settings, load_settings
 from spark_jobs.stack import stream_control as control
@@ -203,12 +203,8 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
     JVM's start and the query's planning are left out, the whole catch-up is in."""
     from spark_jobs.streaming.archive import FIRST_BATCH_MARKER
 
-    app_log = supervisor.log_path(settings, control.PROGRAM)
-
     def first_batch_began() -> bool | None:
-        with app_log.open("rb") as f:
-            f.seek(log_from)
-            return True if FIRST_BATCH_MARKER.encode() in f.read() else None
+        return True if FIRST_BATCH_MARKER in (log_since(settings, log_from) or "") else None
 
     if poll(first_batch_began, timeout, every=0.1) is None:
         return {}
@@ -276,8 +272,7 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
             n_raw, raw_rate = raw_ceiling(settings, ranges, progress=to_read)
         with bars.remaining("bench events: catch-up of the backlog (records to apply)") as left:
             t0 = time.monotonic()
-            app_log = supervisor.log_path(settings, control.PROGRAM)
-            log_from = app_log.stat().st_size if app_log.exists() else 0
+            log_from = log_offset(settings)
             control.start(settings)
             cpu_before = _at_first_batch(settings, log_from)
             caught = control.wait(settings, 3600, progress=left)

@@ -141,8 +141,8 @@ def lake(tmp_path: Path, spark: Any, request: pytest.FixtureRequest) -> Lake:
 #: both engines run the same statement (``merge_plan``) on the same newest change per key (``newest_changes``). The
 #: core suite keeps Spark's MERGE for the cases where its side differs from the task's (its markers append and
 #: commit order, the snapshot and TOAST conditions in Spark SQL, a widened table) and for a random run with re-sends.
-SPARK_EXTENDED = pytest.mark.parametrize("lake", ["task", pytest.param("spark", marks=pytest.mark.extended)],
-                                         indirect=True)
+ENGINES_SPARK_EXTENDED = ["task", pytest.param("spark", marks=pytest.mark.extended)]
+SPARK_EXTENDED = pytest.mark.parametrize("lake", ENGINES_SPARK_EXTENDED, indirect=True)
 
 
 @SPARK_EXTENDED
@@ -327,7 +327,7 @@ def test_added_column_flows_into_extra_then_into_its_own_column(lake: Lake) -> N
     assert lake.rows(["id", "coupon", "discount", "_extra"]) == [(1, "SUMMER", Decimal("3.75"), None)]
 
 
-@pytest.mark.parametrize("engine", ["task", pytest.param("spark", marks=pytest.mark.extended)])
+@pytest.mark.parametrize("engine", ENGINES_SPARK_EXTENDED)
 def test_interleaved_transactions_ordered_by_commit_not_change_lsn(tmp_path: Path, spark: Any, engine: str) -> None:
     # T1 writes at LSN 180 and commits first; T2 began earlier, wrote at LSN 150, commits after T1.
     # T2's events carry T1's commit LSN (250) as last commit: by change LSN or ts_ms T1 would win.
