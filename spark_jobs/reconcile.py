@@ -196,7 +196,7 @@ def run(settings: Settings, manifest_path: Path | None, all_windows: bool = Fals
     from spark_jobs.session import build_session
 
     manifest = json.loads(manifest_path.read_text()) if manifest_path else None
-    spark = build_session(settings, "lake-reconcile")
+    spark = build_session(settings, "lake-reconcile", short_lived=True)
     spark.sparkContext.setLogLevel("ERROR")
     found = ledger(spark, manifest_ranges(manifest) if manifest else None)
     problems = compare_manifest(found, manifest) if manifest else []

@@ -62,6 +62,13 @@ DELTA_CONF: dict[str, str] = {
 #: (docs/benchmarks.md, "Generated code recompiled every batch").
 CODEGEN_CONF: dict[str, str] = {"spark.sql.codegen.cache.maxEntries": "2000"}
 
+#: JVM options of a driver that lives for one command (``lake job``, ``lake reconcile``, ``lake sql --local``,
+#: ``lake dq run``, the benches' readers) and of the unit tests' session: C2's compiles never pay back in a JVM
+#: that runs a few small jobs, and the serial collector spares the parallel collector's threads on a small machine
+#: (figures: docs/benchmarks.md, "make test duration"). The long-running drivers (stream, Spark Connect, Thrift)
+#: keep the JVM's defaults.
+SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 #: Delta's auto compaction off for one process (a session conf overrides the tables' property,
 #: ``contracts.tables.AUTO_COMPACT``): for writers that lay out their files themselves (the stream compacts on a
 #: schedule, a replay writes each shadow in one pass).
@@ -207,8 +214,11 @@ def write_spark_defaults(settings: Settings) -> Path:
     return conf_dir
 
 
-def build_session(settings: Settings, app_name: str, extra: dict[str, str] | None = None) -> SparkSession:
+def build_session(settings: Settings, app_name: str, extra: dict[str, str] | None = None, *,
+                  short_lived: bool = False) -> SparkSession:
     """Build (or get) the SparkSession for ``app_name`` with the lake's configuration.
+
+    ``short_lived``: the driver runs one command and exits (:data:`SHORT_LIVED_JVM_OPTIONS`).
 
     Secrets (:data:`SECRET_SPARK_KEYS`) reach the JVM only through the 0600 ``spark-defaults.conf`` in the
     lake's ``SPARK_CONF_DIR``, which this refreshes and points the JVM at.
@@ -228,7 +238,8 @@ def build_session(settings: Settings, app_name: str, extra: dict[str, str] | Non
     # venv at the same path.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in {**public_spark_conf(settings), **(extra or {})}.items():
+    jvm = {"spark.driver.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS} if short_lived else {}
+    for key, value in {**public_spark_conf(settings), **jvm, **(extra or {})}.items():
         builder = builder.config(key, value)
     builder = builder.enableHiveSupport()
     return builder.getOrCreate()

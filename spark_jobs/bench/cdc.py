@@ -301,7 +301,7 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
             return control.wait(settings, timeout, progress=left)
 
     _require_running_connector(settings)
-    spark = build_session(settings, "lake-bench")
+    spark = build_session(settings, "lake-bench", short_lived=True)
     spark.sparkContext.setLogLevel("ERROR")
     driver.start()
     log.info("bench: waiting until the stream is caught up before measuring")

@@ -225,7 +225,7 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
     work = settings.run_dir / "bench-events"
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    spark = build_session(settings, "lake-bench-events")
+    spark = build_session(settings, "lake-bench-events", short_lived=True)
     spark.sparkContext.setLogLevel("ERROR")
 
     def caught_up(description: str, timeout: float) -> bool:

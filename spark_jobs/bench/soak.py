@@ -148,7 +148,7 @@ def bench_soak(settings: Settings, minutes: float, cdc_rate: float, events_rate:
     _require_running_connector(settings)
     work = settings.run_dir / "bench-soak"
     work.mkdir(parents=True, exist_ok=True)
-    spark = build_session(settings, "lake-bench-soak")
+    spark = build_session(settings, "lake-bench-soak", short_lived=True)
     spark.sparkContext.setLogLevel("ERROR")
     control.start(settings)
     with bars.remaining("bench soak: catching up before the load (records to apply)") as left:

@@ -79,6 +79,6 @@ def run(table: str, day: date | None, settle_seconds: int) -> int:
     from spark_jobs.settings import load_settings
 
     settings = load_settings()
-    outcome = checks.run_now(build_session(settings, "lake-dq-run"), settings, table, day, settle_seconds)
+    outcome = checks.run_now(build_session(settings, "lake-dq-run", short_lived=True), settings, table, day, settle_seconds)
     click.echo(outcome.summary())
     return 1 if outcome.blocked else 0

@@ -93,7 +93,7 @@ def _session(local: bool) -> Any:
     if local:
         from spark_jobs.session import build_session
 
-        spark = build_session(settings, "lake-sql")
+        spark = build_session(settings, "lake-sql", short_lived=True)
         spark.sparkContext.setLogLevel("ERROR")
         return spark
     import socket

@@ -67,7 +67,7 @@ def main(run_id: str, rows: int) -> int:
     from spark_jobs.table_io import replace_partition
 
     settings = load_settings()
-    spark = build_session(settings, "lake-smoke")
+    spark = build_session(settings, "lake-smoke", short_lived=True)
     df = smoke_rows(spark, run_id, rows)
     replace_partition(df, settings, TABLE, run_predicate(run_id))
     back = spark.table(TABLE).where(F.col("run_id") == F.lit(run_id))

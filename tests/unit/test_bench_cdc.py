@@ -92,7 +92,7 @@ def _fake_services(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     spark = SimpleNamespace(sparkContext=SimpleNamespace(setLogLevel=lambda level: None))
     monkeypatch.setattr(bench, "_require_running_connector", lambda settings: None)
-    monkeypatch.setattr(session, "build_session", lambda settings, name: spark)
+    monkeypatch.setattr(session, "build_session", lambda settings, name, **_: spark)
     monkeypatch.setattr(control, "wait", wait)
     monkeypatch.setattr(control, "start", lambda settings: None)
     monkeypatch.setattr(control, "stop", lambda settings: None)

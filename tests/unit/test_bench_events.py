@@ -99,7 +99,7 @@ def test_bench_events_shows_its_catch_ups_and_raw_read_on_the_bars_it_is_given(
                           committed_at=datetime(2026, 1, 1, 0, 0, 2), spark_jobs=1, delta_commits=4)
     spark = SimpleNamespace(sparkContext=SimpleNamespace(setLogLevel=lambda level: None))
     monkeypatch.setattr(bench, "load_settings", lambda: load_settings({"LAKE_STATE_DIR": str(tmp_path)}))
-    monkeypatch.setattr(session, "build_session", lambda settings, name: spark)
+    monkeypatch.setattr(session, "build_session", lambda settings, name, **_: spark)
     monkeypatch.setattr(bench, "_loadgen", loadgen)
     monkeypatch.setattr(bench, "raw_ceiling", raw_ceiling)
     monkeypatch.setattr(bench, "_ledger_rows", lambda spark, ranges: [row])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,41 @@ def test_the_defaults_file_is_tightened_and_refreshed(settings: Settings) -> Non
 def test_build_session_refuses_a_secret_as_an_extra_option(settings: Settings) -> None:
     with pytest.raises(ValueError, match=r"secret Spark properties .*spark\.hadoop\.fs\.s3a\.secret\.key"):
         session.build_session(settings, "x", extra={"spark.hadoop.fs.s3a.secret.key": "k"})
+
+
+class _Builder:
+    """Records what ``build_session`` hands Spark's builder (no JVM)."""
+
+    def __init__(self) -> None:
+        self.conf: dict[str, str] = {}
+
+    def appName(self, _name: str) -> _Builder:
+        return self
+
+    def config(self, key: str, value: str) -> _Builder:
+        self.conf[key] = value
+        return self
+
+    def enableHiveSupport(self) -> _Builder:
+        return self
+
+    def getOrCreate(self) -> dict[str, str]:
+        return self.conf
+
+
+@pytest.mark.parametrize("short_lived", [True, False])
+def test_only_a_short_lived_driver_gets_the_short_lived_jvm_options(settings: Settings, short_lived: bool,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    builder = _Builder()
+    monkeypatch.setattr(SparkSession, "builder", builder)
+    for name in ("SPARK_CONF_DIR", "SPARK_LOCAL_IP", "PYSPARK_PYTHON"):  # build_session sets them: restored after
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    conf: Any = session.build_session(settings, "x", short_lived=short_lived)
+    assert (conf.get("spark.driver.extraJavaOptions") == session.SHORT_LIVED_JVM_OPTIONS) is short_lived
+    assert "-XX:TieredStopAtLevel=1" in session.SHORT_LIVED_JVM_OPTIONS
+    assert "spark.hadoop.fs.s3a.secret.key" not in conf  # secrets still only in the private defaults file
 
 
 def test_no_supervised_command_line_holds_a_secret(settings: Settings) -> None:
