@@ -49,7 +49,7 @@ def spark() -> Iterator[Any]:
     """One local Spark with Delta for unit tests (no catalog, no lake: local paths only)."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.session import CODEGEN_CONF, DELTA_CONF, SHORT_LIVED_JVM_OPTIONS
+    from spark_jobs.session import CODEGEN_CONF, DELTA_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers (mapInArrow) need the venv's packages
 
@@ -62,8 +62,6 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        # A test file's worth of small jobs: same tests on two workers, 28 % less CPU and 20 % less wall.
-        .config("spark.driver.extraJavaOptions", SHORT_LIVED_JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
