@@ -84,16 +84,18 @@ def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str)
     return "\n".join(lines) + "\n"
 
 
-def _session(local: bool) -> Any:
+def _session(local: bool, one_shot_driver: bool = True) -> Any:
     """The stack's Spark Connect server (a session there costs ~a second), or with ``local`` a private driver
-    in this process (a JVM start, ~15-20 s; works while the spark-connect service is down)."""
+    in this process (a JVM start, ~15-20 s; works while the spark-connect service is down). A private driver for
+    ``-e``/``-f`` statements runs them and exits (``one_shot_driver``: JIT for a short life); an interactive
+    shell's may run heavy queries for an hour and keeps the JVM's defaults."""
     from spark_jobs.settings import load_settings
 
     settings = load_settings()
     if local:
         from spark_jobs.session import build_session
 
-        spark = build_session(settings, "lake-sql", short_lived=True)
+        spark = build_session(settings, "lake-sql", short_lived=one_shot_driver)
         spark.sparkContext.setLogLevel("ERROR")
         return spark
     import socket
@@ -123,7 +125,7 @@ def run(statements: str | None, fmt: str, local: bool = False) -> int:
 
     from spark_jobs.cli.sql_guard import stream_owned_write, used_database
 
-    spark = _session(local)
+    spark = _session(local, statements is not None)
     current_db = "default"
 
     def execute(text: str) -> bool:

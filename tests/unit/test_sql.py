@@ -64,9 +64,16 @@ def test_the_shell_runs_the_statements_read_when_a_line_ends_with_a_semicolon(
         except StopIteration:
             raise EOFError from None
 
-    monkeypatch.setattr(sql, "_session", lambda local: Session())
+    one_shot: list[bool] = []
+
+    def session(local: bool, one_shot_driver: bool = True) -> Session:
+        one_shot.append(one_shot_driver)
+        return Session()
+
+    monkeypatch.setattr(sql, "_session", session)
     monkeypatch.setattr("builtins.input", read)
     assert sql.run(None, "csv") == 0
+    assert one_shot == [False]  # an interactive --local shell keeps the JVM's defaults (it may run for hours)
     # The first line ends with ';' in a comment: run as read so far, as before (its statement is incomplete).
     # "SHOW TABLES" has no ';' when input ends: not run.
     assert ran == ["SELECT 'a;b' AS x,", "2 AS y", "SELECT `c;d`", "USE silver"]

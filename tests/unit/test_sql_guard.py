@@ -93,8 +93,15 @@ def test_lake_sql_stops_at_the_refused_statement(monkeypatch: pytest.MonkeyPatch
     from spark_jobs.cli import sql_shell as sql
 
     spark = _FakeSpark()
-    monkeypatch.setattr(sql, "_session", lambda local: spark)
+    one_shot: list[bool] = []
+
+    def session(local: bool, one_shot_driver: bool = True) -> _FakeSpark:
+        one_shot.append(one_shot_driver)
+        return spark
+
+    monkeypatch.setattr(sql, "_session", session)
     assert sql.run("SELECT 1; USE silver; DELETE FROM orders WHERE true; SELECT 2", "table") == 1
+    assert one_shot == [True]  # `-e` statements: a --local driver runs them and exits (short-lived JVM options)
     assert spark.ran == ["SELECT 1", "USE silver"]
     err = capsys.readouterr().err
     assert "lake sql: refusing 'DELETE FROM orders WHERE true': silver.orders is written by the streaming app" in err
