@@ -65,7 +65,7 @@ CODEGEN_CONF: dict[str, str] = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: JVM options of a driver that lives for one command (``lake job``, ``lake reconcile``, ``lake sql --local``,
 #: ``lake dq run``, the benches' readers): C2's compiles never pay back in a JVM that runs a few small jobs, and
 #: the serial collector spares the parallel collector's threads on a small machine (figures: docs/benchmarks.md,
-#: "make test duration"). The long-running drivers (stream, Spark Connect, Thrift) keep the JVM's defaults: for the
+#: "make test duration"). The long-running drivers (stream, Spark Connect, Thrift) keep C2: for the
 #: stream, C1 alone was measured slower (docs/benchmarks.md, "The stream's JIT compilers").
 SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 

@@ -212,6 +212,13 @@ class Settings(BaseSettings):
     stream_driver_memory: str = Field("6g", description=(
         "Heap of the streaming app's JVM: in local mode its executors too (the Kafka batches, the parse, the MERGE "
         "sources). About 12 of 24 GiB are free with the whole stack running; 2g spent a third of the CPU in GC."))
+    stream_java_options: str = Field(
+        "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 -XX:Tier4CompileThreshold=150000",
+        description=(
+            "JVM options of the streaming app's driver (space-separated, each starting with '-'). The default lets "
+            "the JIT's C2 compiler wait ten times longer for a method: every micro-batch plans its commands again, "
+            "and C2 compiling the planner's methods one by one took a third of the stream JVM's CPU under load "
+            "(docs/benchmarks.md, The stream's JIT compilers). Empty: the JVM's defaults."))
     stream_compact_minutes: int = Field(10, description=(
         "how often the streaming app compacts the tables it writes through Spark (OPTIMIZE between batches; "
         "0 = never); Delta's auto compaction in the writes is off in the stream (docs/architecture.md, Table maintenance)"))
@@ -450,6 +457,11 @@ def _check_streaming(s: Settings) -> None:
         raise SettingsError(f"LAKE_CDC_TASK_MERGE_MAX_MB={s.cdc_task_merge_max_mb} must be >= 0 (MB of a silver CDC "
                             "table above which Spark's MERGE with deletion vectors applies it; 0: never; 128 is the "
                             "default)")
+    odd = [t for t in s.stream_java_options.split() if not t.startswith("-")]
+    if odd:
+        raise SettingsError(f"LAKE_STREAM_JAVA_OPTIONS={s.stream_java_options!r}: {odd[0]!r} is not a JVM option; give "
+                            "space-separated options that each start with '-' (e.g. -XX:+UseG1GC), or empty for the "
+                            "JVM's defaults")
     unknown_queries = sorted(set(s.stream_query_list) - set(STREAM_QUERIES))
     if unknown_queries or not s.stream_query_list:
         raise SettingsError(f"LAKE_STREAM_QUERIES={s.stream_queries!r}: give a comma-separated subset of "

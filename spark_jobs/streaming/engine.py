@@ -58,7 +58,7 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         "spark.driver.memory": settings.stream_driver_memory,
         # A JVM out of heap can leave a batch waiting forever on a lost task result (seen: the task-result
         # thread died, the query hung): exit instead, so the supervisor restarts the app and the log says why.
-        "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
+        "spark.driver.extraJavaOptions": " ".join(["-XX:+ExitOnOutOfMemoryError", *settings.stream_java_options.split()]),
         "spark.sql.shuffle.partitions": str(max(1, settings.spark_shuffle_partitions)),
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(write_fair_scheduler(settings)),

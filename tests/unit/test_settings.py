@@ -99,6 +99,7 @@ def test_a_bad_value_in_the_env_file_is_named_too(tmp_path: Path) -> None:
         ("LAKE_KAFKA_BOOTSTRAPS", "x", "unknown setting(s) LAKE_KAFKA_BOOTSTRAPS"),
         ("LAKE_STREAM_MAX_RECORDS_PER_TASK", "0", "LAKE_STREAM_MAX_RECORDS_PER_TASK=0 must be >= 1"),
         ("LAKE_CDC_TASK_MERGE_MAX_MB", "-1", "LAKE_CDC_TASK_MERGE_MAX_MB=-1 must be >= 0"),
+        ("LAKE_STREAM_JAVA_OPTIONS", "-Xss4m UseG1GC", "'UseG1GC' is not a JVM option"),
     ],
 )
 def test_bad_settings_name_the_problem(tmp_path: Path, var: str, value: str, message: str) -> None:
@@ -189,3 +190,15 @@ def test_env_example_lists_every_setting() -> None:
     assert listed == {env_name(n) for n in defaults()}
     for name in SECRET_NAMES:
         assert f"{env_name(name)}=\n" in text, f"{name} must have no value in .env.example"
+
+
+def test_the_stream_driver_takes_its_java_options_from_the_settings(tmp_path: Path) -> None:
+    from spark_jobs.streaming.engine import stream_conf
+
+    default = stream_conf(load_settings({"LAKE_STATE_DIR": str(tmp_path)}))["spark.driver.extraJavaOptions"].split()
+    assert default[0] == "-XX:+ExitOnOutOfMemoryError"  # always: a JVM out of heap exits and is restarted
+    assert "-XX:Tier4InvocationThreshold=50000" in default
+    mine = stream_conf(load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_STREAM_JAVA_OPTIONS": " -Xss4m  -XX:+UseG1GC"}))
+    assert mine["spark.driver.extraJavaOptions"] == "-XX:+ExitOnOutOfMemoryError -Xss4m -XX:+UseG1GC"
+    empty = stream_conf(load_settings({"LAKE_STATE_DIR": str(tmp_path), "LAKE_STREAM_JAVA_OPTIONS": ""}))
+    assert empty["spark.driver.extraJavaOptions"] == "-XX:+ExitOnOutOfMemoryError"
