@@ -84,7 +84,7 @@ def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str)
     return "\n".join(lines) + "\n"
 
 
-def _session(local: bool, one_shot_driver: bool = True) -> Any:
+def _session(local: bool, one_shot_driver: bool) -> Any:
     """The stack's Spark Connect server (a session there costs ~a second), or with ``local`` a private driver
     in this process (a JVM start, ~15-20 s; works while the spark-connect service is down). A private driver for
     ``-e``/``-f`` statements runs them and exits (``one_shot_driver``: JIT for a short life); an interactive
