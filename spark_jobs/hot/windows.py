@@ -149,30 +149,50 @@ def batch_deltas(events: DataFrame) -> DataFrame:
     (view, window) with each metric as a conditional aggregate; the same values as :func:`window_deltas` per
     view (a unit test holds them equal), at one shuffle instead of two aggregations and a join per view.
     """
-    metrics = sorted({(name, sql_type) for view in HOT_VIEWS for name, sql_type in view.metrics})
+    stamped = "kafka_timestamp" in events.columns
+    rows = events.select(F.explode(F.array(*view_windows(F.col("event_time")))).alias("vw"), "event_type",
+                         "user_id", "revenue", "_late", *(["kafka_timestamp"] if stamped else []))
+    grouped = rows.groupBy(F.col("vw.v").alias("v"), F.col("vw.w").alias("w")).agg(
+        *delta_aggregates(F.lit(True), stamped))
+    return grouped.select(*delta_columns(stamped))
+
+
+def view_windows(event_time: Column) -> list[Column]:
+    """An event's window in each of :data:`HOT_VIEWS`: ``struct(v: the view's index, w: struct(start, end))``, one
+    per view (:func:`batch_deltas` explodes them: each event once per view)."""
     def window(view: HotView) -> Column:  # F.window's tumbling window, as arithmetic (one F.window per select)
         width = view.minutes * 60 * 1_000_000
-        start = F.timestamp_micros(F.floor(F.unix_micros("event_time") / width) * width)
+        start = F.timestamp_micros(F.floor(F.unix_micros(event_time) / width) * width)
         return F.struct(start.alias("start"), F.timestamp_micros(F.unix_micros(start) + width).alias("end"))
 
-    per_view = F.explode(F.array(*[F.struct(F.lit(i).alias("v"), window(view).alias("w"))
-                                   for i, view in enumerate(HOT_VIEWS)])).alias("vw")
-    stamped = "kafka_timestamp" in events.columns
-    rows = events.select(per_view, "event_type", "user_id", "revenue", "_late",
-                         *(["kafka_timestamp"] if stamped else []))
-    on_time = ~F.col("_late")
+    return [F.struct(F.lit(i).alias("v"), window(view).alias("w")) for i, view in enumerate(HOT_VIEWS)]
+
+
+def _metrics() -> list[tuple[str, str]]:
+    return sorted({(name, sql_type) for view in HOT_VIEWS for name, sql_type in view.metrics})
+
+
+def delta_aggregates(counted: Column, stamped: bool) -> list[Column]:
+    """The aggregates of :func:`batch_deltas` per (view, window) over the rows where ``counted`` holds (rows with
+    ``event_type``, ``user_id``, ``revenue``, ``_late`` and, when ``stamped``, ``kafka_timestamp``)."""
+    on_time = counted & ~F.col("_late")
+    late = counted & F.col("_late")
     exprs = _additive_metrics(on_time)
     users = F.array_sort(F.collect_set(F.when(on_time, F.col("user_id"))))
-    grouped = rows.groupBy(F.col("vw.v").alias("v"), F.col("vw.w").alias("w")).agg(
-        *[exprs[name].alias(name) for name, _t in metrics if name != "active_users"],
-        users.alias("_users"), F.count(F.when(F.col("_late"), F.lit(1))).cast("bigint").alias("late_events"),
-        *([F.max("kafka_timestamp").alias("newest_kafka_time")] if stamped else []))
+    return [*[exprs[name].alias(name) for name, _t in _metrics() if name != "active_users"],
+            users.alias("_users"), F.count(F.when(late, F.lit(1))).cast("bigint").alias("late_events"),
+            *([F.max(F.when(counted, F.col("kafka_timestamp"))).alias("newest_kafka_time")] if stamped else [])]
+
+
+def delta_columns(stamped: bool) -> list[Column]:
+    """:func:`batch_deltas`'s columns from a frame grouped by ``v`` (the view's index), ``w`` (the window) with
+    :func:`delta_aggregates`."""
     view_of = F.col("v")
     table = F.element_at(F.array(*[F.lit(view.table) for view in HOT_VIEWS]), view_of + 1)
     keeps_users = F.element_at(F.array(*[F.lit(view.user_set) for view in HOT_VIEWS]), view_of + 1)
     cols: list[Column] = [table.alias("table"), F.col("w.start").alias("window_start"),
                           F.col("w.end").alias("window_end")]
-    for name, sql_type in metrics:
+    for name, sql_type in _metrics():
         has = F.element_at(F.array(*[F.lit(name in view.metric_names) for view in HOT_VIEWS]), view_of + 1)
         value = F.size("_users").cast("bigint") if name == "active_users" else F.col(name)
         cols.append(F.when(has, value).otherwise(F.lit(None).cast(_TYPES[sql_type])).alias(name))
@@ -180,7 +200,7 @@ def batch_deltas(events: DataFrame) -> DataFrame:
     cols.append(F.col("late_events"))
     if stamped:
         cols.append(F.col("newest_kafka_time"))
-    return grouped.select(*cols)
+    return cols
 
 
 def apply_deltas(view: HotView, current: Iterable[dict[str, Any]], deltas: Iterable[dict[str, Any]],

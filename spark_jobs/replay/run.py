@@ -441,8 +441,9 @@ class Replayer:
         return changed
 
     def _hot_at_switch(self, t: ReplayTarget, rep: TargetReport, archived: Offsets) -> None:
-        """The hot shadow again, up to what the hot tables committed: a batch commits them before its archive
-        appends, so they may be ahead of bronze; those records come from Kafka (the tail beyond the archive)."""
+        """The hot shadow again, up to what the hot tables committed: a batch commits them beside its archive
+        appends, so after a crash they may be ahead of bronze (those records come from Kafka, the tail beyond the
+        archive) or behind it (the shadow stops at their offsets)."""
         from pyspark.sql import functions as F
 
         done, _last = self._hot_done()

@@ -90,22 +90,33 @@ def late_flag(watermark_minutes: int) -> Column:
     return F.col("_event_time") < F.col("kafka_timestamp") - F.expr(f"INTERVAL {int(watermark_minutes)} MINUTES")
 
 
+STATS_COLUMNS = ("partition", "received", "first_offset", "last_offset", "appended", "quarantined", "late",
+                 "newest_kafka_time", "ingest_time")
+
+
+def stats_aggregates(late: Column, counted: Column | None = None, prefix: str = "") -> list[Column]:
+    """:func:`batch_stats`'s aggregates (:data:`STATS_COLUMNS` but the partition, each named ``prefix`` + its name)
+    over the rows where ``counted`` holds (default: every row)."""
+    from pyspark.sql import functions as F
+
+    counted = F.lit(True) if counted is None else counted
+    is_raw = counted & (F.col("_kind") == RAW)
+    checked = counted & (F.col("_kind") == CHECKED)
+    valid = checked & F.col("_reason").isNull()
+    one = F.lit(1)
+    return [
+        F.count(F.when(is_raw, one)).alias(f"{prefix}received"),
+        F.min(F.when(is_raw, F.col("offset"))).alias(f"{prefix}first_offset"),
+        F.max(F.when(is_raw, F.col("offset"))).alias(f"{prefix}last_offset"),
+        F.count(F.when(valid, one)).alias(f"{prefix}appended"),
+        F.count(F.when(checked & F.col("_reason").isNotNull(), one)).alias(f"{prefix}quarantined"),
+        F.count(F.when(valid & late, one)).alias(f"{prefix}late"),
+        F.max(F.when(is_raw, F.col("kafka_timestamp"))).alias(f"{prefix}newest_kafka_time"),
+        F.max(F.when(counted, F.col("_ingest_time"))).alias(f"{prefix}ingest_time"),
+    ]
+
+
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
     """Per Kafka partition of a batch (:func:`events_stream` rows): received, first/last offset, unique valid,
     quarantined, late, newest Kafka time, ingest time. One small row per partition."""
-    from pyspark.sql import functions as F
-
-    is_raw = F.col("_kind") == RAW
-    checked = F.col("_kind") == CHECKED
-    valid = checked & F.col("_reason").isNull()
-    one = F.lit(1)
-    return frame.groupBy("partition").agg(
-        F.count(F.when(is_raw, one)).alias("received"),
-        F.min(F.when(is_raw, F.col("offset"))).alias("first_offset"),
-        F.max(F.when(is_raw, F.col("offset"))).alias("last_offset"),
-        F.count(F.when(valid, one)).alias("appended"),
-        F.count(F.when(checked & F.col("_reason").isNotNull(), one)).alias("quarantined"),
-        F.count(F.when(valid & late, one)).alias("late"),
-        F.max(F.when(is_raw, F.col("kafka_timestamp"))).alias("newest_kafka_time"),
-        F.max("_ingest_time").alias("ingest_time"),
-    )
+    return frame.groupBy("partition").agg(*stats_aggregates(late))

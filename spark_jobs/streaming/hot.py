@@ -1,13 +1,14 @@
 """The hot tables of the speed layer: ``events.clickstream`` -> ``hot.*`` windows, seconds behind Kafka.
 
 No query of its own: the events query ``lake_events`` (:mod:`spark_jobs.streaming.archive`) reads, checks and
-de-duplicates each micro-batch once, caches it, and hands its valid events to :meth:`HotWriter.commit` right after
-the batch's first job, before the archive appends (bronze, silver, quarantine). A second query for the hot tables
-read, checked and de-duplicated every record a second time; on two cores the two queries together did not keep
-up with 5,000 events/s, one did (docs/benchmarks.md, "One read for the hot tables and the archive"). Per batch:
+de-duplicates each micro-batch once, caches it, and in the same Spark job aggregates its valid events per hot
+window (:func:`spark_jobs.streaming.archive.batch_summary`); :meth:`HotWriter.commit` then commits them while
+the archive appends (bronze, silver, quarantine) run beside it. A second query for the hot tables read, checked
+and de-duplicated every record a second time; on two cores the two queries together did not keep up with 5,000
+events/s, one did (docs/benchmarks.md, "One read for the hot tables and the archive"). Per batch:
 
-1. **one Spark job over the cached batch** (:func:`spark_jobs.hot.windows.batch_deltas`): the batch's
-   contribution per hot window; only these few rows reach the driver;
+1. **one Spark job**, the batch's only one before its appends: the batch's contribution per hot window
+   (:func:`spark_jobs.hot.windows.batch_deltas`' aggregates); only these few rows reach the driver;
 2. **the driver commits** the changed windows of the three hot tables side by side (delta-rs MERGE of a few rows
    each, read back + deltas, :func:`spark_jobs.hot.windows.apply_deltas`), then the batch's row of
    ``ops.stream_hot_ledger`` (offsets, commit time, step seconds, Spark jobs, Delta commits).
@@ -29,10 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-
 from spark_jobs.contracts.clickstream import TOPIC
-from spark_jobs.hot.windows import HOT_VIEWS, apply_deltas, batch_deltas
+from spark_jobs.hot.windows import HOT_VIEWS, apply_deltas
 from spark_jobs.settings import Settings
 from spark_jobs.streaming.common import last_trigger_ms, read_json, write_json_atomic
 from spark_jobs.streaming.engine import BatchJobs
@@ -41,7 +40,7 @@ from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import DriverTable
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +77,16 @@ class HotWriter:
         self.tables = {view.table: DriverTable(self.settings, view.table) for view in HOT_VIEWS}
         self.ledger = DriverTable(self.settings, HOT_LEDGER)
 
-    def commit(self, valid: DataFrame, spans: dict[int, tuple[int, int]], app_id: str, batch_id: int,
-               jobs: BatchJobs, watermark: datetime | None) -> datetime:
-        """Aggregate the batch's valid events per hot window (one Spark job over the cached batch: a few rows
-        reach the driver), commit the changed windows of the three hot tables side by side, then the batch's
-        row of ``ops.stream_hot_ledger``. ``spans``: ``partition -> (first offset, end offset)`` the batch read;
+    def commit(self, deltas: list[dict[str, Any]], aggregate_seconds: float, spans: dict[int, tuple[int, int]],
+               app_id: str, batch_id: int, jobs: BatchJobs, watermark: datetime | None) -> datetime:
+        """Commit the changed windows of the three hot tables side by side (``deltas``: the batch's
+        :func:`~spark_jobs.hot.windows.batch_deltas` rows, collected in ``aggregate_seconds`` by the batch's one
+        job, :func:`spark_jobs.streaming.archive.batch_summary`), then the batch's row of
+        ``ops.stream_hot_ledger``. ``spans``: ``partition -> (first offset, end offset)`` the batch read;
         ``watermark``: the events watermark after the batch (the events query's, recorded as is).
         Returns when the hot tables held the batch."""
-        started = time.monotonic()
-        steps: dict[str, float] = {}
-        windows = valid.select("event_type", "user_id", "event_time", "revenue", "_late",
-                               F.col("_kafka_timestamp").alias("kafka_timestamp"))
-        t = time.monotonic()
-        deltas = [r.asDict() for r in batch_deltas(windows).collect()]
-        steps["aggregate"] = time.monotonic() - t
+        started = time.monotonic() - aggregate_seconds
+        steps: dict[str, float] = {"aggregate": aggregate_seconds}
         received = sum(end - first for first, end in spans.values())
         t = time.monotonic()
         now = datetime.now(UTC)

@@ -189,3 +189,72 @@ def test_the_watermark_after_a_batch_is_its_newest_kafka_time_minus_the_horizon_
     assert watermark_after_batch(stats, later, horizon) == later  # an older batch does not move it back
     assert watermark_after_batch([{"newest_kafka_time": None}], later, horizon) == later
     assert watermark_after_batch([], None, horizon) is None
+
+
+def test_a_batchs_counts_and_hot_deltas_come_from_one_job_over_the_cached_batch(spark: Any, state_store: None,
+                                                                               tmp_path: Path) -> None:
+    """batch_summary (the events query's first job): on the persisted batch, as the stream runs it, one Spark job
+    gives the same per-partition counts as batch_stats and the same per-window rows as the hot deltas computed
+    alone, and the de-duplication state still advances once per batch (a re-send in the next batch is dropped)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.hot.windows import batch_deltas
+    from spark_jobs.silver.clickstream import valid_events
+    from spark_jobs.streaming.archive import batch_summary
+    from spark_jobs.streaming.clickstream_plan import CHECKED
+    from spark_jobs.streaming.engine import BatchJobs
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    seen: list[dict[str, Any]] = []
+    late = late_flag(10)
+
+    def process(frame: Any, batch_id: int) -> None:
+        frame = frame.persist()
+        try:
+            checked = frame.where(F.col("_kind") == CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
+            valid = valid_events(checked, keep=[late.alias("_late")])
+            jobs = BatchJobs(spark, "summary-test", batch_id, "hot")
+            jobs.enter()
+            try:
+                stats, deltas = batch_summary(frame, late)
+                summary_jobs = jobs.jobs()
+            finally:
+                jobs.leave()
+            seen.append({"jobs": summary_jobs, "stats": stats, "deltas": deltas,
+                         "alone": ([r.asDict() for r in batch_stats(frame, late).collect()],
+                                   [r.asDict() for r in batch_deltas(valid.select(
+                                       "event_type", "user_id", "event_time", "revenue", "_late",
+                                       F.col("_kafka_timestamp").alias("kafka_timestamp"))).collect()]),
+                         "valid": sorted(r.event_id for r in valid.collect())})
+        finally:
+            frame.unpersist()
+
+    source = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inbox))
+    query = (events_stream(source, 10).writeStream.foreachBatch(process)
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    a, b, c = _ids(3)
+    try:
+        for n, records in enumerate([[(0, 0, _event(a, 1)), (0, 1, _event(b, 2, minute=3)), (1, 0, b"{}")],
+                                     [(0, 2, _event(a, 1)), (1, 1, _event(c, 1, minute=2))]]):
+            rows = [(b"k", value, "events.clickstream", p, o, T0.replace(tzinfo=None)) for p, o, value in records]
+            staged = tmp_path / f"staged{n}"
+            spark.createDataFrame(rows, KAFKA_SCHEMA).coalesce(1).write.parquet(str(staged))
+            for part in staged.glob("part-*.parquet"):
+                part.rename(inbox / f"b{n}-{part.name}")
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(str(row[k]) for k in sorted(row))
+
+    batches = [b for b in seen if b["stats"]]
+    assert [b["valid"] for b in batches] == [[a, b], [c]]  # a again in batch 2: dropped, the state advanced once
+    for batch in batches:
+        assert batch["jobs"] == 1
+        stats_alone, deltas_alone = batch["alone"]
+        assert sorted(batch["stats"], key=key) == sorted(stats_alone, key=key)
+        assert sorted(batch["deltas"], key=key) == sorted(deltas_alone, key=key)
+        assert {d["table"] for d in batch["deltas"]} == {"hot.sales_per_minute", "hot.active_users_5m",
+                                                         "hot.funnel_15m"}
