@@ -197,11 +197,12 @@ class EventsApp:
             # go first whenever both wait for a core; its commits are the driver's): the batch ends when the
             # slower of the two does, not after both in turn. With the test failpoint set, the steps run in turn
             # instead, so a driver killed there has the hot tables ahead of the archive.
+            hot_jobs = jobs.jobs()  # the hot side's: counted before the appends add theirs
             held = self._failpoint(HOLD_BEFORE_APPEND_FAILPOINT).exists()
             if not held:
                 appends = self._start_appends(frame, valid, checked, app_id, batch_id, totals, jobs)
-            hot_committed = self.hot.commit(deltas, steps["read_check_dedup_count"], spans, app_id, batch_id, jobs,
-                                            watermark_after)
+            hot_committed = self.hot.commit(deltas, steps["read_check_dedup_count"], hot_jobs, spans, app_id,
+                                            batch_id, jobs, watermark_after)
             steps["hot"] = time.monotonic() - t
             if held:
                 self._hold_if_asked(batch_id, HOLD_BEFORE_APPEND_FAILPOINT, "counted, holding before the appends")

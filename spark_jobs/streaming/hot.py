@@ -77,11 +77,13 @@ class HotWriter:
         self.tables = {view.table: DriverTable(self.settings, view.table) for view in HOT_VIEWS}
         self.ledger = DriverTable(self.settings, HOT_LEDGER)
 
-    def commit(self, deltas: list[dict[str, Any]], aggregate_seconds: float, spans: dict[int, tuple[int, int]],
-               app_id: str, batch_id: int, jobs: BatchJobs, watermark: datetime | None) -> datetime:
+    def commit(self, deltas: list[dict[str, Any]], aggregate_seconds: float, spark_jobs: int,
+               spans: dict[int, tuple[int, int]], app_id: str, batch_id: int, jobs: BatchJobs,
+               watermark: datetime | None) -> datetime:
         """Commit the changed windows of the three hot tables side by side (``deltas``: the batch's
         :func:`~spark_jobs.hot.windows.batch_deltas` rows, collected in ``aggregate_seconds`` by the batch's one
-        job, :func:`spark_jobs.streaming.archive.batch_summary`), then the batch's row of
+        job, :func:`spark_jobs.streaming.archive.batch_summary`; ``spark_jobs``: the Spark jobs the hot side took, counted
+        before the archive appends started), then the batch's row of
         ``ops.stream_hot_ledger``. ``spans``: ``partition -> (first offset, end offset)`` the batch read;
         ``watermark``: the events watermark after the batch (the events query's, recorded as is).
         Returns when the hot tables held the batch."""
@@ -103,7 +105,7 @@ class HotWriter:
             "offsets": {str(p): f"{first}-{end - 1}" for p, (first, end) in sorted(spans.items())},
             "newest_kafka_time": newest, "watermark": watermark, "hot_committed_at": hot_committed,
             "batch_seconds": seconds, "step_seconds": list(steps.items()),
-            "spark_jobs": jobs.jobs(), "delta_commits": sum(committed) + 1,
+            "spark_jobs": spark_jobs, "delta_commits": sum(committed) + 1,
         }
         assert self.ledger is not None
         self.ledger.write_once([ledger], app_id, batch_id, "append")
