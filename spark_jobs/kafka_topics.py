@@ -70,6 +70,29 @@ def topic_configs(settings: Settings, topics: Iterable[str], timeout: float = 15
     return out
 
 
+def partition_offsets(settings: Settings, topics: Iterable[str], timeout: float = 10.0) -> dict[tuple[str, int],
+                                                                                            tuple[int, int]]:
+    """``(topic, partition) -> (earliest offset, end offset)`` of every partition of ``topics`` that exists, from the
+    admin client's ListOffsets.
+
+    Not a consumer's watermark offsets: a consumer has a group id, and closing it cut its group coordinator's
+    connection mid-SASL-handshake, so librdkafka printed an authentication error on every ``lake stream wait`` and
+    status check. The admin client needs no group."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]  # public, not in stubs
+
+    admin = AdminClient(kafka_auth.client_conf(settings, "tools"))
+    meta = admin.list_topics(timeout=timeout).topics
+    parts = [TopicPartition(t, pid) for t in dict.fromkeys(topics) if t in meta for pid in meta[t].partitions]
+    if not parts:
+        return {}
+    ends: dict[str, dict[tuple[str, int], int]] = {}
+    for name, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets({tp: spec for tp in parts}, request_timeout=timeout)
+        ends[name] = {(tp.topic, tp.partition): int(fut.result(timeout).offset) for tp, fut in futures.items()}
+    return {tp: (ends["low"][tp], ends["high"][tp]) for tp in ends["high"]}
+
+
 def ensure_retention(settings: Settings, *, create_events: bool = True, timeout: float = 15.0) -> list[str]:
     """Create the events topic with its retention if missing; set the wanted retention on every lake topic that
     exists with another. Returns what it did, one line each (empty when everything already matched)."""

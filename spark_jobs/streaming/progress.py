@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from spark_jobs import kafka_auth
 from spark_jobs.contracts.clickstream import TOPIC as EVENTS_TOPIC
 from spark_jobs.contracts.shop import CDC_TABLES
 from spark_jobs.settings import Settings
@@ -38,19 +37,7 @@ def processed_offsets(settings: Settings) -> dict[str, int]:
 
 def kafka_end_offsets(settings: Settings) -> dict[str, int]:
     """High watermark per ``topic:partition`` for every input topic that exists."""
-    from confluent_kafka import Consumer, TopicPartition
+    from spark_jobs.kafka_topics import partition_offsets
 
-    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
-                         "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(timeout=10)
-        out: dict[str, int] = {}
-        for topic in input_topics(settings):
-            if topic not in meta.topics:
-                continue
-            for pid in meta.topics[topic].partitions:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=10)
-                out[f"{topic}:{pid}"] = int(high)
-        return out
-    finally:
-        consumer.close()
+    return {f"{topic}:{pid}": high for (topic, pid), (_low, high) in
+            partition_offsets(settings, input_topics(settings)).items()}

@@ -210,25 +210,13 @@ def measure(settings: Settings, topics: Iterable[str] | None = None, processed: 
 
     ``processed``: last processed offset per ``topic:partition`` (default: the app's progress files).
     """
-    from confluent_kafka import Consumer, TopicPartition
-
-    from spark_jobs.kafka_topics import topic_configs
+    from spark_jobs.kafka_topics import partition_offsets, topic_configs
     from spark_jobs.streaming import progress
 
     topics = list(progress.input_topics(settings) if topics is None else topics)
     done = dict(progress.processed_offsets(settings) if processed is None else processed)
     configs = topic_configs(settings, topics, timeout=timeout)
-    consumer = Consumer({**kafka_auth.client_conf(settings, "tools"), "group.id": "_lake_stream_status",
-                         "enable.auto.commit": False})
-    marks: dict[tuple[str, int], tuple[int, int]] = {}
-    try:
-        meta = consumer.list_topics(timeout=timeout)
-        for topic in configs:
-            for pid in meta.topics[topic].partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, pid), timeout=timeout)
-                marks[(topic, pid)] = (int(low), int(high))
-    finally:
-        consumer.close()
+    marks = partition_offsets(settings, configs, timeout=timeout)
     starts = {tp: max(low, int(done.get(f"{tp[0]}:{tp[1]}", -1)) + 1) for tp, (low, high) in marks.items()}
     starts = {tp: off for tp, off in starts.items() if off < marks[tp][1]}
     stamps = _oldest_timestamps(settings, starts, timeout)
