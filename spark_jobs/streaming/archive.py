@@ -193,10 +193,10 @@ class EventsApp:
             spans = {int(r["partition"]): (int(r["first_offset"]), int(r["last_offset"]) + 1) for r in stats
                      if r["received"]}
             watermark_after = watermark_after_batch(stats, watermark_before, self.delay)
-            # The archive appends start now, in the archive pool, beside the hot step (its aggregate job's tasks
-            # go first whenever both wait for a core; its commits are the driver's): the batch ends when the
-            # slower of the two does, not after both in turn. With the test failpoint set, the steps run in turn
-            # instead, so a driver killed there has the hot tables ahead of the archive.
+            # The archive appends start now, in the archive pool, beside the hot step (the driver's delta-rs
+            # commits, no Spark job): the batch ends when the slower of the two does, not after both in turn.
+            # With the test failpoint set, the steps run in turn instead, so a driver killed there has the hot
+            # tables ahead of the archive.
             hot_jobs = jobs.jobs()  # the hot side's: counted before the appends add theirs
             held = self._failpoint(HOLD_BEFORE_APPEND_FAILPOINT).exists()
             if not held:
