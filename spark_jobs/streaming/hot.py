@@ -83,7 +83,8 @@ class HotWriter:
         """Commit the changed windows of the three hot tables side by side, then the batch's row of
         ``ops.stream_hot_ledger``. ``deltas``: the batch's :func:`~spark_jobs.hot.windows.batch_deltas` rows,
         collected in ``aggregate_seconds`` by its one job (:func:`spark_jobs.streaming.archive.batch_summary`);
-        ``spark_jobs``: the jobs the hot side took, counted before the archive appends started. ``spans``: ``partition -> (first offset, end offset)`` the batch read;
+        ``spark_jobs``: the jobs the hot side took, counted before the archive appends started. ``spans``:
+        ``partition -> (first offset, end offset)`` the batch read;
         ``watermark``: the events watermark after the batch (the events query's, recorded as is).
         Returns when the hot tables held the batch."""
         started = time.monotonic() - aggregate_seconds
