@@ -64,6 +64,11 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         "spark.scheduler.allocation.file": str(write_fair_scheduler(settings)),
         # MERGE sources are checkpointed by the app (silver.cdc.apply_changes): no second materialisation.
         "spark.databricks.delta.merge.materializeSource": "none",
+        # A batch's cache (events: the read, checked and de-duplicated batch; CDC: the raw and parsed records) is
+        # written once and read two or three times, within seconds: Spark's columnar compression of it cost more
+        # than it saved (its dictionary statistics, one hash lookup per string value, were 19 % of the events
+        # query's task time: JFR profile in docs/benchmarks.md).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # The stream compacts on a schedule (table_io.maintenance.Maintenance, LAKE_STREAM_COMPACT_MINUTES), not in
         # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
         # tables keep the property (contracts.tables.AUTO_COMPACT) for any other Spark writer.
