@@ -46,6 +46,11 @@ from spark_jobs.hot.windows import HOT_VIEWS, hot_schema
 #: those files whatever the table's size, and run by the one writer (the hourly OPTIMIZE it replaced took
 #: minutes, docs/benchmarks.md).
 AUTO_COMPACT: Mapping[str, str] = MappingProxyType({"delta.autoOptimize.autoCompact": "true"})
+#: The stream's append-only tables (bronze, quarantine, delete markers, ``silver.events``) get a commit per batch:
+#: a Delta checkpoint every 50 commits instead of Delta's 10. Each checkpoint is two or three Spark jobs in the batch
+#: that writes it (bronze and silver.events reached theirs in the same events batch: +2-3 s every tenth batch, which
+#: set the freshness p95; docs/benchmarks.md). A reader replays at most 49 small JSON commits after a checkpoint.
+STREAM_APPEND: Mapping[str, str] = MappingProxyType({**AUTO_COMPACT, "delta.checkpointInterval": "50"})
 #: CDC silver: the change data feed serves ``table_changes`` and streaming reads. Deletion vectors off: with them
 #: each streaming MERGE ran 8 more Spark jobs ("Writing Deletion Vectors") and took longer on tables of this size
 #: (docs/benchmarks.md, "Deletion vectors in the CDC MERGE"); the scheduled OPTIMIZE keeps files few and large.
@@ -146,13 +151,13 @@ def _cdc_tables() -> list[LakeTable]:
     for contract in CDC_TABLES.values():
         out += [
             LakeTable(contract.bronze, f"one row per Kafka record of {contract.topic}", CDC_QUERY,
-                      ("topic", "partition", "offset"), ("ingest_date",), AUTO_COMPACT, schema=lake_schemas.BRONZE),
+                      ("topic", "partition", "offset"), ("ingest_date",), STREAM_APPEND, schema=lake_schemas.BRONZE),
             LakeTable(contract.silver, f"one row per live row of PostgreSQL's {contract.table}", CDC_QUERY,
                       contract.keys, (), SILVER_PROPS, MERGE_BY_POSITION, dq=DQ_LIVE, schema=silver_schema(contract),
                       freshness_slo_seconds=SILVER_FRESHNESS_S),
             # Delete markers, appended after the MERGE: a key's newest marker hides its older changes.
             LakeTable(contract.deleted, f"one row per applied delete of {contract.table} (key, source position)",
-                      CDC_QUERY, contract.keys, (), AUTO_COMPACT, APPEND, schema=deleted_schema(contract)),
+                      CDC_QUERY, contract.keys, (), STREAM_APPEND, APPEND, schema=deleted_schema(contract)),
         ]
     return out
 
@@ -176,13 +181,13 @@ _GOLD_STEPS = "spark_jobs.gold.steps"
 TABLES: Mapping[str, LakeTable] = MappingProxyType({t.name: t for t in [
     *_cdc_tables(),
     LakeTable("quarantine.cdc", "one row per rejected CDC record (raw bytes, reason)", CDC_QUERY,
-              ("topic", "partition", "offset"), (), AUTO_COMPACT, schema=lake_schemas.QUARANTINE),
+              ("topic", "partition", "offset"), (), STREAM_APPEND, schema=lake_schemas.QUARANTINE),
     LakeTable("bronze.events__clickstream", "one row per Kafka record of events.clickstream", EVENTS_QUERY,
-              ("topic", "partition", "offset"), ("ingest_date",), AUTO_COMPACT, schema=lake_schemas.BRONZE),
+              ("topic", "partition", "offset"), ("ingest_date",), STREAM_APPEND, schema=lake_schemas.BRONZE),
     LakeTable("silver.events", "one row per unique valid event", EVENTS_QUERY, ("event_id",), ("event_date",),
-              AUTO_COMPACT, dq=DQ_LIVE, schema=events_silver_schema(), freshness_slo_seconds=SILVER_FRESHNESS_S),
+              STREAM_APPEND, dq=DQ_LIVE, schema=events_silver_schema(), freshness_slo_seconds=SILVER_FRESHNESS_S),
     LakeTable("quarantine.events", "one row per rejected event (raw bytes, reason)", EVENTS_QUERY,
-              ("topic", "partition", "offset"), (), AUTO_COMPACT, schema=lake_schemas.QUARANTINE),
+              ("topic", "partition", "offset"), (), STREAM_APPEND, schema=lake_schemas.QUARANTINE),
     # The hot tables as the speed layer defines them (name, window, metrics: spark_jobs.hot.windows).
     *[LakeTable(view.table, f"one row per {view.minutes}-minute event-time window", HOT_DRIVER, ("window_start",),
                 (), HOT_PROPS, DRIVER_UPSERT, dq=DQ_LIVE, schema=hot_schema(view),
