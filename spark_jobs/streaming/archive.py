@@ -66,7 +66,7 @@ from spark_jobs.table_io import ensure_database
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import DriverTable
-from spark_jobs.table_io.maintenance import Maintenance
+from spark_jobs.table_io.maintenance import Maintenance, Schedule, schedule_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -137,8 +137,9 @@ class EventsApp:
         self.progress: dict[str, Any] = read_json(events_status_path(settings)) or {"offsets": {}, "totals": {}}
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
-        self._last_maintenance = time.monotonic()
-        self.maintenance = Maintenance(spark, settings, QUERY, [BRONZE, SILVER, QUARANTINE])
+        self.maintenance = Maintenance(spark, settings, QUERY, [BRONZE, SILVER, QUARANTINE],
+                                       schedule=schedule_path(settings, QUERY))
+        self._ledger_upkeep = Schedule(schedule_path(settings, f"{QUERY}-ledger"), ("compact",))
         self.appender = OnceAppender(settings)
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")
         self.hot = HotWriter(spark, settings)
@@ -332,12 +333,12 @@ class EventsApp:
     def _maintain_ledger_if_due(self) -> None:
         """Each batch's delta-rs commit adds a small file to the ledger: compact it and drop the removed ones
         (Delta's auto compaction runs in Spark writes only)."""
-        if time.monotonic() - self._last_maintenance < HOT_MAINTENANCE_SECONDS:
+        if not self._ledger_upkeep.due("compact", HOT_MAINTENANCE_SECONDS):
             return
-        self._last_maintenance = time.monotonic()
         assert self.ledger is not None
         self.ledger.compact()
         self.ledger.vacuum()
+        self._ledger_upkeep.done("compact")
 
 
 def batch_summary(frame: DataFrame, late: Column) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

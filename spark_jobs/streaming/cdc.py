@@ -59,7 +59,7 @@ from spark_jobs.table_io import ensure_database, table_location
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import TaskAppend, append_split_in_task, log_metadata, task_append
-from spark_jobs.table_io.maintenance import Maintenance
+from spark_jobs.table_io.maintenance import Maintenance, schedule_path
 from spark_jobs.table_io.merge import TaskTarget
 
 if TYPE_CHECKING:
@@ -127,7 +127,8 @@ class CdcApp:
         self.spark = spark
         self.settings = settings
         owned = [name for c in CDC_TABLES.values() for name in (c.bronze, c.silver, c.deleted)]
-        self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE])
+        self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE],
+                                       schedule=schedule_path(settings, QUERY))
         self.timings: dict[str, float] = {}
         self._lock = threading.Lock()
         self.contracts = list(CDC_TABLES.values())

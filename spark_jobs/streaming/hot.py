@@ -38,6 +38,7 @@ from spark_jobs.streaming.engine import BatchJobs
 from spark_jobs.table_io import ensure_database
 from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import DriverTable
+from spark_jobs.table_io.maintenance import Schedule, schedule_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,7 +68,7 @@ class HotWriter:
         self.ledger: DriverTable | None = None
         self.progress: dict[str, Any] = read_json(hot_status_path(settings)) or {"offsets": {}}
         self.progress.setdefault("offsets", {})
-        self._last_maintenance = time.monotonic()
+        self._upkeep = Schedule(schedule_path(settings, "lake_events-hot"), ("compact",))
         self._committers = ThreadPoolExecutor(max_workers=len(HOT_VIEWS), thread_name_prefix="hot-commit")
 
     def ensure_tables(self) -> None:
@@ -141,13 +142,13 @@ class HotWriter:
     def _maintain_if_due(self) -> None:
         """Each batch's delta-rs commit adds a small file to the hot tables and the ledger: compact them and drop
         the removed ones (Delta's auto compaction runs in Spark writes only)."""
-        if time.monotonic() - self._last_maintenance < HOT_MAINTENANCE_SECONDS:
+        if not self._upkeep.due("compact", HOT_MAINTENANCE_SECONDS):
             return
-        self._last_maintenance = time.monotonic()
         assert self.ledger is not None
         for table in [*self.tables.values(), self.ledger]:
             table.compact()
             table.vacuum()
+        self._upkeep.done("compact")
 
 
 def _utc(value: datetime) -> datetime:

@@ -66,6 +66,52 @@ def test_compaction_runs_optimize_per_interval_recent_partitions_only_where_part
     assert len(spark.statements) == 2
 
 
+def test_the_schedule_outlives_restarts_of_the_stream(tmp_path: Path) -> None:
+    """A stream restarted more often than its compaction period still compacts on time: the periods count from the
+    last run kept in the schedule file (before, each start reset them, and a day of benches never compacted)."""
+    clock = [0.0]
+    path = tmp_path / "maintenance" / "lake_test.json"
+    settings: Any = SimpleNamespace(stream_maintenance_minutes=0, stream_compact_minutes=10)
+
+    def start() -> tuple[Maintenance, RecordingSpark]:
+        spark = RecordingSpark()
+        return Maintenance(spark, settings, "lake_test", ["silver.orders"], clock=lambda: clock[0],  # type: ignore[arg-type]
+                           schedule=path), spark
+
+    first, spark = start()
+    clock[0] = 599
+    first.run_if_due()
+    assert spark.statements == [] and path.is_file()
+    second, spark = start()  # a restart at 599 s: still due at 600 s, counted from the first start
+    clock[0] = 600
+    second.run_if_due()
+    assert spark.statements == ["OPTIMIZE silver.orders"]
+    clock[0] = 700
+    third, spark = start()  # a restart after the run: the next one is due 600 s after the run, not after the start
+    clock[0] = 1199
+    third.run_if_due()
+    assert spark.statements == []
+    clock[0] = 1200
+    third.run_if_due()
+    assert spark.statements == ["OPTIMIZE silver.orders"]
+
+
+def test_an_unreadable_schedule_starts_its_periods_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from spark_jobs.table_io.maintenance import Schedule
+
+    path = tmp_path / "s.json"
+    path.write_text("{not json")
+    clock = [100.0]
+    schedule = Schedule(path, ("compact",), clock=lambda: clock[0])
+    assert "unreadable" in caplog.text and str(path) in caplog.text
+    assert not schedule.due("compact", 60)
+    clock[0] = 160.0
+    assert schedule.due("compact", 60)
+    assert not schedule.due("compact", 0)  # a period of 0: never
+    schedule.done("compact")
+    assert Schedule(path, ("compact",), clock=lambda: clock[0]).last == {"compact": 160.0}  # written back
+
+
 def test_maintenance_interval_zero_never_runs() -> None:
     clock = [0.0]
     maintenance, spark = _maintenance(0, clock)
