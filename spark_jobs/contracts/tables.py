@@ -48,8 +48,8 @@ from spark_jobs.hot.windows import HOT_VIEWS, hot_schema
 AUTO_COMPACT: Mapping[str, str] = MappingProxyType({"delta.autoOptimize.autoCompact": "true"})
 #: The stream's append-only tables (bronze, quarantine, delete markers, ``silver.events``) get a commit per batch:
 #: a Delta checkpoint every 50 commits instead of Delta's 10. Each checkpoint is two or three Spark jobs in the batch
-#: that writes it (bronze and silver.events reached theirs in the same events batch: +2-3 s every tenth batch, which
-#: set the freshness p95; docs/benchmarks.md). A reader replays at most 49 small JSON commits after a checkpoint.
+#: that writes it (bronze and silver.events reached theirs in the same events batch: +2-3 s in every tenth batch;
+#: docs/benchmarks.md). A reader replays at most 49 small JSON commits after a checkpoint.
 STREAM_APPEND: Mapping[str, str] = MappingProxyType({**AUTO_COMPACT, "delta.checkpointInterval": "50"})
 #: CDC silver: the change data feed serves ``table_changes`` and streaming reads. Deletion vectors off: with them
 #: each streaming MERGE ran 8 more Spark jobs ("Writing Deletion Vectors") and took longer on tables of this size

@@ -65,13 +65,13 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         # MERGE sources are checkpointed by the app (silver.cdc.apply_changes): no second materialisation.
         "spark.databricks.delta.merge.materializeSource": "none",
         # A batch's cache (events: the read, checked and de-duplicated batch; CDC: the raw and parsed records) is
-        # written once and read two or three times, within seconds: Spark's columnar compression of it cost more
-        # than it saved (its dictionary statistics, one hash lookup per string value, were 19 % of the events
-        # query's task time: JFR profile in docs/benchmarks.md).
+        # written once and read two or three times, within seconds: its columnar compression statistics (a hash
+        # lookup per string value) were 12.4 % of the events query's executor samples, 2.7 % without (JFR); no
+        # wall-time gain was shown on two cores (docs/benchmarks.md, 2026-12-02).
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # Timestamps as Parquet INT64 microseconds, not Spark's default INT96 (deprecated by Parquet): an INT96 value
-        # goes through a fixed-length binary dictionary whose lookups were 2-4 % of the events query's task time
-        # (JFR). Readers see the same Delta type (timestamp); delta-rs writes INT64 microseconds already.
+        # goes through a fixed-length binary dictionary, part of the 4.8 % of executor samples in Parquet dictionary
+        # lookups (JFR). Readers see the same Delta type (timestamp); delta-rs writes INT64 microseconds already.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # The stream compacts on a schedule (table_io.maintenance.Maintenance, LAKE_STREAM_COMPACT_MINUTES), not in
         # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
