@@ -3,9 +3,11 @@ configs and secrets, the streaming queries' status files, the Data Docs trend pa
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 
 def write_atomic(path: Path, text: str, private: bool = False) -> None:
@@ -30,3 +32,17 @@ def write_atomic(path: Path, text: str, private: bool = False) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    """``doc`` as indented JSON, written atomically (:func:`write_atomic`)."""
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None

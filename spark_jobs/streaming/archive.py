@@ -61,7 +61,7 @@ from spark_jobs.streaming.common import (
     write_json_atomic,
 )
 from spark_jobs.streaming.engine import ARCHIVE, HOT, BatchJobs
-from spark_jobs.streaming.hot import HotWriter
+from spark_jobs.streaming.hot import HOT_MAINTENANCE_SECONDS, HotWriter
 from spark_jobs.table_io import ensure_database
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
@@ -79,8 +79,6 @@ BRONZE = "bronze.events__clickstream"
 SILVER = "silver.events"
 QUARANTINE = "quarantine.events"
 LEDGER = "ops.stream_events_ledger"
-#: How often the driver compacts and vacuums the hot tables (each batch's MERGE adds a small file).
-HOT_MAINTENANCE_SECONDS = 600
 #: Batches of at least this many records (a backlog) get a progress line with their step times in the log.
 LOG_BATCH_RECORDS = 20_000
 #: Set for this query only (see ``start``). RocksDB state store (Spark docs, "RocksDB state store

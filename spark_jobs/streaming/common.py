@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import kafka_auth, logs
-from spark_jobs.files import write_atomic
+
+# The status files' helpers live with the other file helpers; their callers import them from here too.
+from spark_jobs.files import read_json as read_json
+from spark_jobs.files import write_json_atomic as write_json_atomic
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,18 +46,6 @@ def log_batch(query: str, batch_id: int, records: int, seconds: float, steps: di
 def status_path(settings: Settings) -> Path:
     """Progress file of the CDC query (read by ``lake stream status|wait``)."""
     return settings.run_dir / "stream-status.json"
-
-
-def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def query_id(spark: SparkSession, name: str) -> str:

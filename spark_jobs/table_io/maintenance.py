@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.contracts.tables import TABLES
-from spark_jobs.files import write_atomic
+from spark_jobs.files import read_json, write_json_atomic
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -41,10 +40,12 @@ class Schedule:
     def _read(self) -> dict[str, float]:
         if self.path is None or not self.path.is_file():
             return {}
+        doc = read_json(self.path)
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            if doc is None:
+                raise ValueError("not a JSON object")
             return {str(k): float(v) for k, v in doc.items()}
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError) as exc:
             log.warning("lake: the maintenance schedule %s is unreadable (%s): its periods start again now",
                         self.path, exc)
             return {}
@@ -52,7 +53,7 @@ class Schedule:
     def _write(self) -> None:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps(self.last, indent=1, sort_keys=True))
+            write_json_atomic(self.path, dict(self.last))
 
     def due(self, job: str, every_seconds: float) -> bool:
         """``job``'s period (> 0; 0 or less: never) has passed since it last ran, or since the file was made."""
