@@ -220,8 +220,13 @@ class Settings(BaseSettings):
             "and C2 compiling the planner's methods one by one took a third of the stream JVM's CPU under load "
             "(docs/benchmarks.md, The stream's JIT compilers). Empty: the JVM's defaults."))
     stream_compact_minutes: int = Field(10, description=(
-        "how often the streaming app compacts the tables it writes through Spark (OPTIMIZE between batches; "
-        "0 = never); Delta's auto compaction in the writes is off in the stream (docs/architecture.md, Table maintenance)"))
+        "how often the streaming app compacts the tables it writes through Spark (0 = never): OPTIMIZE of the "
+        "append-only tables beside the batches, of the MERGE targets between them; Delta's auto compaction in the "
+        "writes is off in the stream (docs/architecture.md, Table maintenance)"))
+    stream_compact_file_mb: int = Field(128, description=(
+        "the file size the stream's OPTIMIZE writes (MB); files under half of it are compacted, larger ones are left "
+        "alone, so each run rewrites what arrived since the last one, not the day's data again (Delta's defaults "
+        "of 1 GB rewrote the day's files every run)"))
     stream_log_jobs: bool = Field(False, description=(
         "log every micro-batch's Spark jobs by call site and count (which commands a batch issues; off by default)"))
     stream_default_parallelism: int = Field(0, description=(
@@ -457,6 +462,9 @@ def _check_streaming(s: Settings) -> None:
         raise SettingsError(f"LAKE_CDC_TASK_MERGE_MAX_MB={s.cdc_task_merge_max_mb} must be >= 0 (MB of a silver CDC "
                             "table above which Spark's MERGE with deletion vectors applies it; 0: never; 128 is the "
                             "default)")
+    if s.stream_compact_file_mb < 2:
+        raise SettingsError(f"LAKE_STREAM_COMPACT_FILE_MB={s.stream_compact_file_mb} must be >= 2 (MB per file the "
+                            "stream's OPTIMIZE writes; 128 is the default)")
     odd = [t for t in s.stream_java_options.split() if not t.startswith("-")]
     if odd:
         raise SettingsError(f"LAKE_STREAM_JAVA_OPTIONS={s.stream_java_options!r}: {odd[0]!r} is not a JVM option; give "

@@ -135,8 +135,9 @@ class EventsApp:
         self.progress: dict[str, Any] = read_json(events_status_path(settings)) or {"offsets": {}, "totals": {}}
         self.progress.setdefault("offsets", {})
         self.progress.setdefault("totals", {})
+        # All three only appended: their upkeep runs beside the batches, never holding a hot commit.
         self.maintenance = Maintenance(spark, settings, QUERY, [BRONZE, SILVER, QUARANTINE],
-                                       schedule=schedule_path(settings, QUERY))
+                                       schedule=schedule_path(settings, QUERY), background_pool=ARCHIVE)
         self._ledger_upkeep = Schedule(schedule_path(settings, f"{QUERY}-ledger"), ("compact",))
         self.appender = OnceAppender(settings)
         self._writers = ThreadPoolExecutor(max_workers=3, thread_name_prefix="events-append")

@@ -127,8 +127,9 @@ class CdcApp:
         self.spark = spark
         self.settings = settings
         owned = [name for c in CDC_TABLES.values() for name in (c.bronze, c.silver, c.deleted)]
+        # bronze, markers and quarantine (appended) in the background; the silver tables (MERGE) between batches.
         self.maintenance = Maintenance(spark, settings, QUERY, [*owned, QUARANTINE],
-                                       schedule=schedule_path(settings, QUERY))
+                                       schedule=schedule_path(settings, QUERY), background_pool=ARCHIVE)
         self.timings: dict[str, float] = {}
         self._lock = threading.Lock()
         self.contracts = list(CDC_TABLES.values())

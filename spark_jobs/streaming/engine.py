@@ -77,6 +77,11 @@ def stream_conf(settings: Settings) -> dict[str, str]:
         # its writes: Delta's auto compaction compacted 2-4 files after nearly every batch here (measured). The
         # tables keep the property (contracts.tables.AUTO_COMPACT) for any other Spark writer.
         **AUTO_COMPACT_OFF,
+        # OPTIMIZE compacts files under half the target into files of about the target. Delta's defaults (1 GB for
+        # both) made every scheduled run re-pack the day's bronze and silver.events files (450-680 MB each by the
+        # afternoon) with the few new ones: 80-140 s per run, every 10 minutes (docs/benchmarks.md, 2026-12-02).
+        "spark.databricks.delta.optimize.maxFileSize": str(settings.stream_compact_file_mb * 1024 * 1024),
+        "spark.databricks.delta.optimize.minFileSize": str(settings.stream_compact_file_mb * 1024 * 1024 // 2),
         # Offsets, commits and state files of every micro-batch written in place on S3A (an abortable stream),
         # not written aside and renamed (a copy and a delete per file on S3); spark-hadoop-cloud, infra/jvm/spark.
         "spark.sql.streaming.checkpointFileManagerClass":

@@ -1,14 +1,16 @@
-"""``OPTIMIZE`` and ``VACUUM`` of the tables a streaming query writes, between its batches (their one writer)."""
+"""``OPTIMIZE`` and ``VACUUM`` of the tables a streaming query writes, by that query's driver (their one writer): of
+the append-only tables beside its batches, of the MERGE targets between them."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.contracts.tables import TABLES
+from spark_jobs.contracts.tables import APPEND, TABLES
 from spark_jobs.files import read_json, write_json_atomic
 from spark_jobs.settings import Settings
 
@@ -65,14 +67,15 @@ class Schedule:
 
 
 class Maintenance:
-    """``OPTIMIZE`` and ``VACUUM`` of the tables one streaming query owns, run inside its batch loop.
+    """``OPTIMIZE`` and ``VACUUM`` of the tables one streaming query owns, started from its batch loop.
 
     The streaming app is the single writer of its tables (DESIGN.md), so their
-    clean-up runs in the same driver, between batches, never from a second one.
+    clean-up runs in the same driver, never from a second one.
     **Compaction** every ``LAKE_STREAM_COMPACT_MINUTES`` (0 = never): ``OPTIMIZE`` of each table (for a
     table partitioned by ``ingest_date``, the partitions of the last two days: older ones get no new
-    files), which bin-packs the small files the batches left and folds deletion vectors back into
-    their files. Not Delta's auto compaction in the writes: in Delta 4.4.0 it compacted 2-4 files after
+    files), which bin-packs the small files the batches left (under half of ``LAKE_STREAM_COMPACT_FILE_MB``,
+    :func:`spark_jobs.streaming.engine.stream_conf`) and folds deletion vectors back into their files.
+    Not Delta's auto compaction in the writes: in Delta 4.4.0 it compacted 2-4 files after
     nearly every batch whatever ``autoCompact.minNumFiles`` said, a job, a commit and a table-state
     rebuild more per table and batch (docs/benchmarks.md, "Auto compaction in the stream").
     ``run_if_due`` is called after each batch; every
@@ -83,13 +86,27 @@ class Maintenance:
     back that far, Delta refuses LITE (``DELTA_CANNOT_VACUUM_LITE``) and ``VACUUM FULL`` runs once. Files
     removed less than ``delta.deletedFileRetentionDuration`` ago (7 days by
     default) stay, so time travel and readers of older versions keep working.
+
+    ``background_pool``: the tables whose writer only appends (write mode ``append-once``: bronze, quarantine,
+    delete markers, ``silver.events``) are compacted and vacuumed in a daemon thread in that scheduler pool
+    while the batches go on; the others (MERGE targets) between batches as before. A blind append reads no file,
+    so Delta never finds it in conflict with an ``OPTIMIZE`` or ``VACUUM`` of the same table (WriteSerializable),
+    and the table keeps one writer of its rows. Between batches, the events query's first ``OPTIMIZE`` of a day held
+    its hot commits 80-130 s (docs/benchmarks.md, 2026-12-02). A background run still going when the next one is
+    due is not doubled; one that fails is logged and tried again a period later.
     """
 
     def __init__(self, spark: SparkSession, settings: Settings, query: str, tables: Sequence[str],
-                 clock: Callable[[], float] = time.time, schedule: Path | None = None) -> None:
+                 clock: Callable[[], float] = time.time, schedule: Path | None = None,
+                 background_pool: str | None = None) -> None:
         self.spark = spark
         self.query = query
         self.tables = list(tables)
+        self.background_pool = background_pool
+        appended = {name for name in self.tables if name in TABLES and TABLES[name].write_mode == APPEND}
+        self.background = [name for name in self.tables if background_pool is not None and name in appended]
+        self.inline = [name for name in self.tables if name not in self.background]
+        self._running: threading.Thread | None = None
         self.interval = settings.stream_maintenance_minutes * 60
         self.compact_interval = settings.stream_compact_minutes * 60
         self.clock = clock  # wall-clock seconds; tests pass their own to step through intervals
@@ -103,25 +120,29 @@ class Maintenance:
         return self.schedule.due("compact", self.compact_interval)
 
     def compact(self) -> None:
-        """``OPTIMIZE`` every table (recent ``ingest_date`` partitions only where the table has them)."""
+        """``OPTIMIZE`` every table now, in the calling thread (recent ``ingest_date`` partitions only where the
+        table has them)."""
+        self._compact(self.tables)
+        self.schedule.done("compact")
+
+    def _compact(self, tables: Sequence[str], where: str = "") -> None:
+        if not tables:
+            return
         started = self.clock()
-        for name in self.tables:
+        for name in tables:
             entry = TABLES.get(name)
             if entry is not None and "ingest_date" in entry.partitioned_by:
                 self.spark.sql(f"OPTIMIZE {name} WHERE ingest_date >= date_sub(current_date(), 1)")
             else:
                 self.spark.sql(f"OPTIMIZE {name}")
-        self.schedule.done("compact")
-        log.info("lake stream: %s: OPTIMIZE of %d table(s) took %.1f s", self.query, len(self.tables),
-                 self.clock() - started)
+        log.info("lake stream: %s: OPTIMIZE of %d table(s) took %.1f s%s", self.query, len(tables),
+                 self.clock() - started, where)
 
-    def run_if_due(self) -> None:
-        if self.compact_due():
-            self.compact()
-        if not self.due():
+    def _vacuum(self, tables: Sequence[str], where: str = "") -> None:
+        if not tables:
             return
         started = self.clock()
-        for name in self.tables:
+        for name in tables:
             try:
                 self.spark.sql(f"VACUUM {name} LITE")
             except Exception as exc:
@@ -130,9 +151,50 @@ class Maintenance:
                 log.warning("lake stream: %s: VACUUM %s LITE refused (DELTA_CANNOT_VACUUM_LITE: the log no longer "
                             "reaches the last vacuum); running VACUUM FULL once", self.query, name)
                 self.spark.sql(f"VACUUM {name} FULL")
-        self.schedule.done("vacuum")
-        log.info("lake stream: %s: VACUUM LITE of %d table(s) took %.1f s", self.query, len(self.tables),
-                 self.clock() - started)
+        log.info("lake stream: %s: VACUUM LITE of %d table(s) took %.1f s%s", self.query, len(tables),
+                 self.clock() - started, where)
+
+    def running(self) -> bool:
+        """A background run is still going."""
+        return self._running is not None and self._running.is_alive()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the background run, if any (tests; a stopping driver does not: an unfinished ``OPTIMIZE``
+        commits nothing)."""
+        if self._running is not None:
+            self._running.join(timeout)
+
+    def run_if_due(self) -> None:
+        compact, vacuum = self.compact_due(), self.due()
+        if not (compact or vacuum):
+            return
+        if self.background and self.running():
+            log.info("lake stream: %s: the previous background upkeep still runs; this one waits a period",
+                     self.query)
+        elif self.background:
+            self._running = threading.Thread(target=self._in_background, args=(compact, vacuum), daemon=True,
+                                             name=f"{self.query}-upkeep")
+            self._running.start()
+        if compact:
+            self._compact(self.inline)
+            self.schedule.done("compact")
+        if vacuum:
+            self._vacuum(self.inline)
+            self.schedule.done("vacuum")
+
+    def _in_background(self, compact: bool, vacuum: bool) -> None:
+        context = getattr(self.spark, "sparkContext", None)
+        if context is not None:  # this thread's jobs in the low-priority pool, apart from any batch's
+            context.setLocalProperty("spark.scheduler.pool", self.background_pool)
+            context.setJobGroup(f"{self.query}-upkeep", f"{self.query}: OPTIMIZE/VACUUM of append-only tables")
+        try:
+            if compact:
+                self._compact(self.background, " (in the background)")
+            if vacuum:
+                self._vacuum(self.background, " (in the background)")
+        except Exception as exc:  # noqa: BLE001 - a thread's top: logged, the stream goes on, the next period retries
+            log.error("lake stream: %s: background upkeep of %s failed, tried again a period later: %s",
+                      self.query, ", ".join(self.background), exc)
 
 
 def schedule_path(settings: Settings, name: str) -> Path:

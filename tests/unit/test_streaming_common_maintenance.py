@@ -112,6 +112,77 @@ def test_an_unreadable_schedule_starts_its_periods_again(tmp_path: Path, caplog:
     assert Schedule(path, ("compact",), clock=lambda: clock[0]).last == {"compact": 160.0}  # written back
 
 
+class BlockingSpark(RecordingSpark):
+    """Records like RecordingSpark; a statement on a table in ``hold`` waits until ``release`` is set, and one on
+    a table in ``fail`` raises."""
+
+    def __init__(self, hold: tuple[str, ...] = (), fail: tuple[str, ...] = ()) -> None:
+        import threading
+
+        super().__init__()
+        self.hold, self.fail = hold, fail
+        self.release = threading.Event()
+        self.threads: list[str] = []
+
+    def sql(self, statement: str) -> None:
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        self.statements.append(statement)
+        table = statement.split()[1]
+        if table in self.hold:
+            assert self.release.wait(10), "the test never released the background statement"
+        if table in self.fail:
+            raise RuntimeError(f"[DELTA_CONCURRENT_DELETE_DELETE] {table}")
+
+
+def test_append_only_tables_are_kept_up_in_the_background_and_merge_targets_between_batches() -> None:
+    """With a background pool, the tables their writer only appends to (bronze, silver.events) are compacted in a
+    thread while run_if_due returns; a MERGE target (silver.orders) is compacted in the caller, as before."""
+    clock = [0.0]
+    spark = BlockingSpark(hold=("bronze.events__clickstream",))
+    settings: Any = SimpleNamespace(stream_maintenance_minutes=0, stream_compact_minutes=10)
+    maintenance = Maintenance(spark, settings, "lake_test", ["bronze.events__clickstream", "silver.orders", "silver.events"],  # type: ignore[arg-type]
+                              clock=lambda: clock[0], background_pool="archive")
+    assert maintenance.background == ["bronze.events__clickstream", "silver.events"]
+    assert maintenance.inline == ["silver.orders"]
+    clock[0] = 600
+    maintenance.run_if_due()  # returns with the background OPTIMIZE of bronze still held
+    assert maintenance.running()
+    assert "OPTIMIZE silver.orders" in spark.statements and "OPTIMIZE silver.events" not in spark.statements
+    clock[0] = 1200
+    maintenance.run_if_due()  # due again while the first background run holds: not doubled
+    assert spark.statements.count("OPTIMIZE bronze.events__clickstream WHERE ingest_date >= date_sub(current_date(), 1)") == 1
+    assert spark.statements.count("OPTIMIZE silver.orders") == 2
+    spark.release.set()
+    maintenance.wait(10)
+    assert not maintenance.running()
+    assert "OPTIMIZE silver.events" in spark.statements
+    background = {t for t, st in zip(spark.threads, spark.statements, strict=True) if "silver.orders" not in st}
+    assert background == {"lake_test-upkeep"}
+    assert {t for t, st in zip(spark.threads, spark.statements, strict=True) if "silver.orders" in st} != background
+
+
+def test_a_failed_background_upkeep_is_logged_and_tried_again_a_period_later(caplog: pytest.LogCaptureFixture) -> None:
+    clock = [0.0]
+    spark = BlockingSpark(fail=("silver.events",))
+    settings: Any = SimpleNamespace(stream_maintenance_minutes=0, stream_compact_minutes=10)
+    maintenance = Maintenance(spark, settings, "lake_test", ["silver.events"], clock=lambda: clock[0],  # type: ignore[arg-type]
+                              background_pool="archive")
+    clock[0] = 600
+    maintenance.run_if_due()  # does not raise: the batch loop goes on
+    maintenance.wait(10)
+    assert "background upkeep of silver.events failed" in caplog.text and "DELTA_CONCURRENT_DELETE_DELETE" in caplog.text
+    clock[0] = 1199
+    maintenance.run_if_due()
+    maintenance.wait(10)
+    assert spark.statements == ["OPTIMIZE silver.events"]
+    clock[0] = 1200
+    maintenance.run_if_due()
+    maintenance.wait(10)
+    assert spark.statements == ["OPTIMIZE silver.events", "OPTIMIZE silver.events"]
+
+
 def test_maintenance_interval_zero_never_runs() -> None:
     clock = [0.0]
     maintenance, spark = _maintenance(0, clock)
