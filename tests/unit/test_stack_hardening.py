@@ -105,6 +105,26 @@ def test_only_a_short_lived_driver_gets_the_short_lived_jvm_options(settings: Se
     assert "spark.hadoop.fs.s3a.secret.key" not in conf  # secrets still only in the private defaults file
 
 
+def test_a_short_lived_driver_keeps_its_compiler_and_its_stdout(tmp_path: Path) -> None:
+    """A real JVM with the short-lived options: C1 alone would reserve 48 MB for compiled code (Spark's generated
+    classes filled it during a `lake reconcile` and the JVM printed `CodeCache is full` on stdout, breaking its
+    --json); the options give it 240 MB and send the JVM's own log to stderr."""
+    import shutil
+    import subprocess
+
+    java = shutil.which("java")
+    assert java, "java is on PATH on every machine the lake runs on"
+    flags = subprocess.run([java, *session.SHORT_LIVED_JVM_OPTIONS.split(), "-XX:+PrintFlagsFinal", "-version"],
+                           capture_output=True, text=True, check=True).stdout
+    size = next(line.split()[3] for line in flags.splitlines() if " ReservedCodeCacheSize " in line)
+    assert int(size) == 240 * 1024 * 1024
+    # The JVM's own log lines (here the error of a log file it cannot open, which a default JVM prints on stdout)
+    # land on stderr only.
+    run = subprocess.run([java, *session.SHORT_LIVED_JVM_OPTIONS.split(), "-Xlog:gc:file=/nonexistent-dir/x.log",
+                          "-version"], capture_output=True, text=True, check=False)
+    assert "nonexistent-dir" not in run.stdout and "nonexistent-dir" in run.stderr
+
+
 def test_no_supervised_command_line_holds_a_secret(settings: Settings) -> None:
     programs = [p for s in services.services(settings) for p in s.programs] + [services.stream_program(settings)]
     text = supervisor.render(settings, services.services(settings))
