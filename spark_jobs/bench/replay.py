@@ -6,8 +6,9 @@ the build issued. Beside it, the stream's own rate over the same archive: ``ops.
 events micro-batch (records, seconds), so its catch-up batches give records per second of the stream for the events
 path: batches of at least half of ``LAKE_EVENTS_MAX_OFFSETS_PER_TRIGGER`` (the stream that far behind: a backlog;
 a lower bar counts the steady batches of a loaded stream too, and makes the ratio flatter the replay: see
-docs/benchmarks.md). The CDC query keeps no per-batch table; its catch-up rate is ``lake bench cdc``'s ``catch_up_per_s`` (docs/benchmarks.md). Prints figures, never asserts (the target, a replay
->= 5x the stream's catch-up, is a ratio to read).
+docs/benchmarks.md). The CDC query keeps no per-batch table; its catch-up rate is ``lake bench cdc``'s
+``catch_up_per_s`` (docs/benchmarks.md). Prints figures, never asserts (the target, a replay >= 5x the stream's
+catch-up, is a ratio to read).
 """
 
 from __future__ import annotations
