@@ -103,8 +103,8 @@ class Maintenance:
         self.query = query
         self.tables = list(tables)
         self.background_pool = background_pool
-        appended = {name for name in self.tables if name in TABLES and TABLES[name].write_mode == APPEND}
-        self.background = [name for name in self.tables if background_pool is not None and name in appended]
+        self.background = [name for name in self.tables if background_pool is not None and name in TABLES
+                           and TABLES[name].write_mode == APPEND]
         self.inline = [name for name in self.tables if name not in self.background]
         self._running: threading.Thread | None = None
         self.interval = settings.stream_maintenance_minutes * 60
@@ -119,13 +119,8 @@ class Maintenance:
     def compact_due(self) -> bool:
         return self.schedule.due("compact", self.compact_interval)
 
-    def compact(self) -> None:
-        """``OPTIMIZE`` every table now, in the calling thread (recent ``ingest_date`` partitions only where the
-        table has them)."""
-        self._compact(self.tables)
-        self.schedule.done("compact")
-
     def _compact(self, tables: Sequence[str], where: str = "") -> None:
+        """``OPTIMIZE`` of ``tables`` (recent ``ingest_date`` partitions only where the table has them)."""
         if not tables:
             return
         started = self.clock()
