@@ -1,9 +1,12 @@
 """Live table vs its replayed shadow: row counts, keys only on one side, a sample of changed rows.
 
-All in Spark: one full outer join on the keys and a 128-bit fingerprint of each row's compared columns (so the
-shuffle carries keys and two hashes, not whole rows), one aggregate job for the counts and, only when they show
-a difference, a second join of the whole rows for the samples; only the counts and at most ``sample`` rows per
-kind reach the driver.
+All in Spark. First one aggregate job over both sides, no join: each row's keys pick one of :data:`BUCKETS`
+buckets, and per side and bucket the rows are counted and their 128-bit fingerprints (keys and compared columns)
+XORed together, so at most ``2 x BUCKETS`` small rows reach the driver. A bucket equal on both sides holds the
+same rows (keys are unique per side; the count catches rows that cancel out). Only the buckets that differ are
+joined: a full outer join on the keys and a fingerprint of each row's compared columns (the shuffle carries keys
+and two hashes, not whole rows) for the counts and, when they show a difference, a second join of the whole rows
+for the samples; only the counts and at most ``sample`` rows per kind reach the driver.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+
+#: Buckets of the first pass (:func:`diff_frames`): a difference costs the join of 1/BUCKETS of the rows.
+BUCKETS = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,12 @@ def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live
     quoted = [f"`{c}`" for c in columns]
     key_cols = [F.col(f"`{k}`") for k in keys]
     prints = F.struct(*fingerprint(columns, live.schema))
+    bucket = F.pmod(fingerprint(list(keys), live.schema)[0], F.lit(BUCKETS))
+    totals, differing = _bucket_totals(live, shadow, bucket, fingerprint([*keys, *columns], live.schema))
+    if not differing:  # one pass over both sides, no join: the same rows
+        return TableDiff(live_name, shadow_name, tuple(keys), tuple(columns), totals[0], totals[1], 0, 0, 0)
+    # Only the rows of the buckets that differ go through the joins.
+    live, shadow = (frame.where(bucket.isin(*differing)) for frame in (live, shadow))
 
     def sides(whole: bool) -> DataFrame:
         """The full outer join of both sides' keys and fingerprints (and with ``whole``, their compared columns)
@@ -132,10 +145,29 @@ def diff_frames(live: DataFrame, shadow: DataFrame, keys: Sequence[str], *, live
         lv, sv = r["_l"].asDict(), r["_r"].asDict()
         changed.append({"key": key_of(r), "columns": [c for c in columns if lv[c] != sv[c]], "live": lv,
                         "shadow": sv})
-    return TableDiff(live_name, shadow_name, tuple(keys), tuple(columns), int(counts["live_rows"]),
-                     int(counts["shadow_rows"]), int(counts["only_live"]), int(counts["only_shadow"]),
+    return TableDiff(live_name, shadow_name, tuple(keys), tuple(columns), totals[0], totals[1],
+                     int(counts["only_live"]), int(counts["only_shadow"]),
                      int(counts["changed"]), [key_of(r) for r in samples["only_live"]],
                      [key_of(r) for r in samples["only_shadow"]], changed)
+
+
+def _bucket_totals(live: DataFrame, shadow: DataFrame, bucket: Column,
+                   prints: list[Column]) -> tuple[tuple[int, int], list[int]]:
+    """One aggregate job over both sides: their row counts, and the buckets whose count or XORed fingerprints
+    differ between them."""
+    from pyspark.sql import functions as F
+
+    def side(frame: DataFrame, tag: int) -> DataFrame:
+        return frame.select(F.lit(tag).alias("_side"), bucket.alias("_bucket"),
+                            prints[0].alias("_h1"), prints[1].alias("_h2"))
+
+    rows = side(live, 0).unionByName(side(shadow, 1)).groupBy("_side", "_bucket").agg(
+        F.count(F.lit(1)).alias("n"), F.expr("bit_xor(_h1)").alias("x1"), F.expr("bit_xor(_h2)").alias("x2")).collect()
+    per: list[dict[int, tuple[int, int, int]]] = [{}, {}]
+    for r in rows:
+        per[int(r["_side"])][int(r["_bucket"])] = (int(r["n"]), int(r["x1"]), int(r["x2"]))
+    differing = sorted(b for b in set(per[0]) | set(per[1]) if per[0].get(b) != per[1].get(b))
+    return (sum(v[0] for v in per[0].values()), sum(v[0] for v in per[1].values())), differing
 
 
 def _sample_window(keys: Sequence[str]) -> Any:

@@ -40,3 +40,24 @@ def test_counts_and_samples_of_each_kind(spark: Any) -> None:
     assert (d.live_rows, d.shadow_rows, d.only_live, d.only_shadow, d.changed) == (3, 3, 1, 1, 2)
     assert d.only_live_keys == [{"id": 2}] and d.only_shadow_keys == [{"id": 4}]
     assert [(r["key"], r["columns"]) for r in d.changed_rows] == [({"id": 1}, ["tags"]), ({"id": 3}, ["extra"])]
+
+
+def test_only_the_buckets_that_differ_are_joined_and_the_totals_are_whole(spark: Any) -> None:
+    """500 rows over the 64 buckets of the first pass, three differences: the joins see only their buckets, yet the
+    row totals are both sides' and each difference is found with its key."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.replay.diff import BUCKETS, fingerprint
+
+    live = [(i, f"v{i}", i, None, None) for i in range(500)]
+    shadow = [r for r in live if r[0] != 7]
+    shadow = [(i, "changed", b, t, e) if i == 42 else (i, a, b, t, e) for i, a, b, t, e in shadow]
+    shadow.append((900, "new", 900, None, None))
+    d = _diff(spark, live, shadow)
+    assert (d.live_rows, d.shadow_rows, d.only_live, d.only_shadow, d.changed) == (500, 500, 1, 1, 1)
+    assert d.only_live_keys == [{"id": 7}] and d.only_shadow_keys == [{"id": 900}]
+    assert [(r["key"], r["columns"]) for r in d.changed_rows] == [({"id": 42}, ["a"])]
+    frame = spark.createDataFrame(live, LIVE)
+    buckets = {r[0] for r in frame.select(F.pmod(fingerprint(["id"], frame.schema)[0], F.lit(BUCKETS))).collect()}
+    assert len(buckets) > 32  # the rows are spread: three differences are a few buckets of many
+    assert _diff(spark, live, live).same and _diff(spark, live, live).live_rows == 500
