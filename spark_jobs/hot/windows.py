@@ -8,8 +8,10 @@ Three tumbling event-time windows, each a Delta table in ``hot``:
 * ``hot.funnel_15m``: page views -> carts -> checkouts -> purchases per 15 minutes.
 
 Per micro-batch the streaming app aggregates its new unique events per window
-on the executors (:func:`batch_deltas`, one Spark job; only these few rows
-reach the driver), reads the current rows of the windows that changed from
+on the executors (one Spark job: per Kafka partition and base window,
+:func:`base_aggregates`; only these few rows reach the driver, which adds them
+up to each view's windows, :func:`rollup_deltas`, the rows :func:`batch_deltas`
+gives), reads the current rows of the windows that changed from
 the hot table, adds the deltas (:func:`apply_deltas`) and upserts those rows
 from the driver (``spark_jobs.table_io.driver``: one delta-rs MERGE of a few rows,
 Delta transaction = query id + batch id, so a batch replayed after a crash is
@@ -27,7 +29,8 @@ computes that side for checks and reconciliation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -70,6 +73,10 @@ FUNNEL_15M = HotView("hot.funnel_15m", 15, (("page_views", "BIGINT"), ("add_to_c
 HOT_VIEWS: tuple[HotView, ...] = (SALES_PER_MINUTE, ACTIVE_USERS_5M, FUNNEL_15M)
 
 _TYPES = {"BIGINT": LongType(), "DECIMAL(38,2)": DecimalType(38, 2)}
+#: The finest window every hot view's window is a whole number of (1 minute): the stream aggregates a batch once
+#: per base window (:func:`base_aggregates`) and rolls those few rows up to each view's windows on the driver
+#: (:func:`rollup_deltas`).
+BASE_MINUTES = math.gcd(*(view.minutes for view in HOT_VIEWS))
 
 
 def hot_schema(view: HotView) -> StructType:
@@ -166,6 +173,67 @@ def view_windows(event_time: Column) -> list[Column]:
         return F.struct(start.alias("start"), F.timestamp_micros(F.unix_micros(start) + width).alias("end"))
 
     return [F.struct(F.lit(i).alias("v"), window(view).alias("w")) for i, view in enumerate(HOT_VIEWS)]
+
+
+def base_window(event_time: Column) -> Column:
+    """The start of an event's base window (:data:`BASE_MINUTES`) in epoch microseconds (the arithmetic of
+    :func:`view_windows`)."""
+    width = BASE_MINUTES * 60 * 1_000_000
+    return F.floor(F.unix_micros(event_time) / width) * width
+
+
+def base_aggregates(counted: Column) -> list[Column]:
+    """Per base window, over the rows where ``counted`` holds (rows as for :func:`delta_aggregates`): every additive
+    metric of the on-time events, their users (a set), the late events and the newest Kafka time: what
+    :func:`rollup_deltas` adds up to each view's windows. One row per event, where :func:`batch_deltas` explodes
+    each event into one row per view."""
+    on_time = counted & ~F.col("_late")
+    exprs = _additive_metrics(on_time)
+    return [*[exprs[name].alias(name) for name, _t in _metrics() if name != "active_users"],
+            F.collect_set(F.when(on_time, F.col("user_id"))).alias("_users"),
+            F.count(F.when(counted & F.col("_late"), F.lit(1))).cast("bigint").alias("late_events"),
+            F.max(F.when(counted, F.col("kafka_timestamp"))).alias("newest_kafka_time")]
+
+
+def rollup_deltas(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`batch_deltas`' rows (stamped) from :func:`base_aggregates` rows, each with its base window's start in
+    epoch microseconds as ``_base`` (several rows may share one: one per Kafka partition, say). Every metric adds up
+    and the user sets unite, so a view's window is the sum of its base windows. Timestamps come out as a collect
+    gives them (naive, the driver's local time)."""
+    names = [name for name, _t in _metrics()]
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    users: dict[tuple[int, int], set[int]] = {}
+    for row in rows:
+        for index, view in enumerate(HOT_VIEWS):
+            width = view.minutes * 60 * 1_000_000
+            start = int(row["_base"]) // width * width
+            acc = out.get((index, start))
+            if acc is None:
+                acc = out[(index, start)] = {
+                    "table": view.table, "window_start": _collected_time(start),
+                    "window_end": _collected_time(start + width), **dict.fromkeys(names), "user_ids": None,
+                    "late_events": 0, "newest_kafka_time": None,
+                    **{name: Decimal("0.00") if sql_type.startswith("DECIMAL") else 0
+                       for name, sql_type in view.metrics if name != "active_users"}}
+                users[(index, start)] = set()
+            for name, _t in view.metrics:
+                if name != "active_users":
+                    acc[name] += row[name]
+            users[(index, start)].update(row["_users"] or ())
+            acc["late_events"] += int(row["late_events"])
+            newest = row["newest_kafka_time"]
+            if newest is not None and (acc["newest_kafka_time"] is None or newest > acc["newest_kafka_time"]):
+                acc["newest_kafka_time"] = newest
+    for (index, start), acc in out.items():
+        if HOT_VIEWS[index].user_set:
+            acc["user_ids"] = sorted(users[(index, start)])
+            acc["active_users"] = len(acc["user_ids"])
+    return list(out.values())
+
+
+def _collected_time(micros: int) -> datetime:
+    """Epoch microseconds as PySpark collects a timestamp: a naive datetime in the driver's local time."""
+    return datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
 
 
 def _metrics() -> list[tuple[str, str]]:

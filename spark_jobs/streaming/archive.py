@@ -343,38 +343,50 @@ class EventsApp:
 def batch_summary(frame: DataFrame, late: Column) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A batch's :func:`~.clickstream_plan.batch_stats` rows (per Kafka partition) and its hot deltas
     (:func:`~spark_jobs.hot.windows.batch_deltas` of its valid events, per hot view and window), from one scan of
-    the batch in one Spark job: each record is grouped once under its partition, and each valid event once more
-    under its window in every hot view; the two kinds of groups have their own aggregates.
+    the batch in one Spark job.
 
-    One job instead of two: the hot deltas' own job (0.9 s per batch, mostly fixed cost) is gone, and so is a
-    second scan of the cache; a union of the two aggregates in one job scanned the cache from two stages at once,
-    whose tasks waited for each other's cached blocks (1.6x the job's time, docs/benchmarks.md)."""
+    Each row is grouped once, under its Kafka partition and, for a valid event, its base window
+    (:data:`~spark_jobs.hot.windows.BASE_MINUTES`): the groups carry the partition's counts and the window's hot
+    aggregates side by side. The driver adds the few groups up per partition (:func:`merge_stats`) and per view's
+    window (:func:`~spark_jobs.hot.windows.rollup_deltas`). One row per record instead of one per record and view:
+    the aggregation (a collect_set, so Spark's object hash aggregate) was the largest part of the job's CPU beside
+    the cache (docs/benchmarks.md)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.hot.windows import delta_aggregates, delta_columns, view_windows
-    from spark_jobs.streaming.clickstream_plan import STATS_COLUMNS
+    from spark_jobs.hot.windows import base_aggregates, base_window, rollup_deltas
 
-    window = "struct<start:timestamp,end:timestamp>"
-    stats_key = F.struct(F.lit(0).alias("kind"), F.col("partition").cast("int").alias("partition"),
-                         F.lit(None).cast("int").alias("v"), F.lit(None).cast(window).alias("w"))
-    hot_keys = [F.struct(F.lit(1).alias("kind"), F.lit(None).cast("int").alias("partition"),
-                         vw["v"].cast("int").alias("v"), vw["w"].cast(window).alias("w"))
-                for vw in view_windows(F.col("_event_time"))]
     valid = (F.col("_kind") == CHECKED) & F.col("_reason").isNull()
-    keys = F.when(valid, F.array(stats_key, *hot_keys)).otherwise(F.array(stats_key))
-    rows = frame.select(F.explode(keys).alias("k"), "_kind", "_reason", "offset", "kafka_timestamp", "_ingest_time",
+    rows = frame.select("partition", F.when(valid, base_window(F.col("_event_time"))).alias("_base"),
+                        valid.alias("_valid"), "_kind", "_reason", "offset", "kafka_timestamp", "_ingest_time",
                         F.col("_event_type").alias("event_type"), F.col("_user_id").alias("user_id"),
                         F.col("_p_revenue").alias("revenue"), late.alias("_late"))
-    stats, hot = F.col("k.kind") == 0, F.col("k.kind") == 1
-    grouped = rows.groupBy("k").agg(*stats_aggregates(F.col("_late"), stats, prefix="s_"),
-                                    *delta_aggregates(hot, stamped=True))
-    out = grouped.select("*", F.col("k.kind").alias("_summary"), F.col("k.partition").alias("s_partition"),
-                         F.col("k.v").alias("v"), F.col("k.w").alias("w")).select(
-        "_summary", *[f"s_{name}" for name in STATS_COLUMNS], *delta_columns(stamped=True))
-    names = [c for c in out.columns if c != "_summary" and not c.startswith("s_")]
-    collected = [r.asDict() for r in out.collect()]
-    return ([{name: r[f"s_{name}"] for name in STATS_COLUMNS} for r in collected if r["_summary"] == 0],
-            [{name: r[name] for name in names} for r in collected if r["_summary"] == 1])
+    grouped = rows.groupBy("partition", "_base").agg(*stats_aggregates(F.col("_late"), prefix="s_"),
+                                                     *base_aggregates(F.col("_valid")))
+    collected = [r.asDict() for r in grouped.collect()]
+    return merge_stats(collected), rollup_deltas([r for r in collected if r["_base"] is not None])
+
+
+def merge_stats(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`~.clickstream_plan.batch_stats` rows from groups finer than a partition (each with ``partition`` and
+    the ``s_``-prefixed :func:`~.clickstream_plan.stats_aggregates`): counts add, offsets and times take their
+    least or greatest."""
+    from spark_jobs.streaming.clickstream_plan import STATS_COLUMNS
+
+    def pick(values: list[Any], best: Callable[[list[Any]], Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return best(present) if present else None
+
+    merged: list[dict[str, Any]] = []
+    for partition in sorted({g["partition"] for g in groups}):
+        mine = [g for g in groups if g["partition"] == partition]
+        row: dict[str, Any] = {"partition": partition}
+        for name in STATS_COLUMNS[1:]:
+            values = [g[f"s_{name}"] for g in mine]
+            row[name] = (pick(values, min) if name == "first_offset" else
+                         pick(values, max) if name in ("last_offset", "newest_kafka_time", "ingest_time") else
+                         sum(int(v) for v in values))
+        merged.append(row)
+    return merged
 
 
 def _utc(value: datetime | None) -> datetime | None:

@@ -15,9 +15,12 @@ from spark_jobs.hot.windows import (
     HOT_VIEWS,
     SALES_PER_MINUTE,
     apply_deltas,
+    base_aggregates,
+    base_window,
     batch_aggregate,
     batch_deltas,
     hot_schema,
+    rollup_deltas,
     window_deltas,
 )
 
@@ -25,8 +28,8 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SCHEMA = "event_type STRING, user_id BIGINT, event_time TIMESTAMP, revenue DECIMAL(18,2), _late BOOLEAN"
 
 
-def _events(spark: Any, rows: list[tuple[str, int, datetime, Decimal | None, bool]]) -> Any:
-    return spark.createDataFrame(rows, SCHEMA)
+def _events(spark: Any, rows: list[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
+    return spark.createDataFrame(rows, schema)
 
 
 ROWS = [
@@ -109,6 +112,32 @@ def test_batch_deltas_have_one_row_per_view_and_window_with_only_their_metrics(s
         (view.table, T0) for view in HOT_VIEWS)
     sales = next(r for r in rows if r.table == SALES_PER_MINUTE.table)
     assert (sales.orders, sales.revenue, sales.page_views, sales.user_ids) == (0, Decimal("0.00"), None, None)
+
+
+def test_base_windows_rolled_up_on_the_driver_equal_the_per_view_deltas(spark: Any) -> None:
+    """The stream's path (one group per Kafka partition and minute, summed per view's window on the driver) gives
+    batch_deltas' rows exactly: windows shared by two partitions, a window with only a late event, a 15-minute
+    window over several minutes, the user set of a 5-minute window split across partitions and minutes."""
+    from pyspark.sql import functions as F
+
+    rows = [*ROWS, ("page_view", 3, T0 + timedelta(minutes=4, seconds=1), None, False),
+            ("purchase", 6, T0 + timedelta(minutes=40), Decimal("1.00"), True)]  # late alone in its windows
+    events = _events(spark, [(*r, T0 + timedelta(seconds=i)) for i, r in enumerate(rows)],
+                     SCHEMA + ", kafka_timestamp TIMESTAMP").withColumn(
+        "partition", F.monotonically_increasing_id() % 2)
+    groups = (events.withColumn("_base", base_window(F.col("event_time"))).groupBy("partition", "_base")
+              .agg(*base_aggregates(F.lit(True))).collect())
+    assert len({g["_base"] for g in groups}) < len(groups)  # some minute is in both partitions
+
+    def key(row: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(str(row[k]) for k in sorted(row))
+
+    expected = [r.asDict() for r in batch_deltas(events.drop("partition")).collect()]
+    got = rollup_deltas([g.asDict() for g in groups])
+    assert sorted(got, key=key) == sorted(expected, key=key)
+    assert {d["table"] for d in got if d["late_events"] and not (d.get("page_views") or d.get("orders") or
+                                                                  d.get("active_users"))} == {
+        view.table for view in HOT_VIEWS}
 
 
 @pytest.mark.parametrize("view", HOT_VIEWS, ids=lambda v: v.table)
