@@ -5,13 +5,17 @@ What it does, in one run against the supervised streaming app (``lake stream sta
 1. waits until the app is caught up, notes each silver CDC table's Delta version and files;
 2. runs ``lake loadgen cdc`` at ``--cdc-rate`` and ``lake loadgen events`` at ``--events-rate`` side by side for
    ``--minutes``, sampling every ``--sample-seconds`` the stream's lag (``lake stream status``' figures) and its
-   JVM's old generation after GC (``jstat -gc``: G1's old-generation occupancy, whose floor over a window is the
-   live set a leak would grow);
+   JVM's old generation (``jstat -gc``: G1's old-generation occupancy); at the end of the first window and once
+   the load is over, the heap after a full GC (:func:`live_heap_mb`): the live set a leak would grow. The old
+   generation's floor alone is not that: G1 collects the old generation only once it passes its occupancy
+   threshold (45 % of the heap), so garbage below it shows as a rising floor;
 3. waits until the app has applied everything, then reports, for the first and the last ``--window-minutes`` of
    the load: CDC commit-to-silver p50/p95 (the change data feed's commit time minus the PostgreSQL commit time
    Debezium carried, as ``lake bench cdc``) and events freshness p50/p95 (Kafka time -> hot commit, as ``lake bench
    events``), with the last/first ratio; files per silver table at the start and the end (and deletion vectors,
-   off for silver CDC tables by design); the heap floor per window.
+   off for silver CDC tables by design); the heap floor per window and the live heap after the first window and
+   after the load, with their ratio. The two full GCs pause the stream (a second or two) between the windows
+   measured, never inside them.
 
 It prints figures and never asserts them (docs/benchmarks.md records them).
 """
@@ -58,6 +62,20 @@ def old_gen_mb(jvm_pid: int) -> float | None:
     if len(lines) < 2 or "OU" not in lines[0]:
         return None
     return round(float(lines[1][lines[0].index("OU")]) / 1024, 1)
+
+
+def live_heap_mb(jvm_pid: int) -> float | None:
+    """The heap ``jvm_pid`` holds after a full GC, in MB: ``jcmd <pid> GC.run`` (a System.gc(), which G1 runs as a
+    full collection), then the old generation (:func:`old_gen_mb`: a full GC leaves the young generation empty).
+    None if either tool cannot say (not a JVM, another user's JVM without root)."""
+    if old_gen_mb(jvm_pid) is None:  # not a JVM jstat can read: jcmd's attach would send it a SIGQUIT
+        return None
+    jcmd = shutil.which("jcmd") or "/usr/lib/jvm/java-17-openjdk-amd64/bin/jcmd"
+    try:
+        subprocess.run([jcmd, str(jvm_pid), "GC.run"], capture_output=True, text=True, timeout=120, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return old_gen_mb(jvm_pid)
 
 
 def silver_files(spark: Any) -> dict[str, dict[str, int]]:
@@ -179,10 +197,20 @@ def bench_soak(settings: Settings, minutes: float, cdc_rate: float, events_rate:
         thread.start()
     heap: list[tuple[float, float | None]] = []
     lag: list[tuple[float, int]] = []
+    live: dict[str, float | None] = {}
+    window = window_minutes * 60
+
+    def stream_jvm() -> int | None:
+        pid = int((supervisor.program_info(settings, control.PROGRAM) or {}).get("pid") or 0)
+        return jvm_of(pid) if pid else None
+
     with bars.timed(f"bench soak: {minutes:g} min of {cdc_rate:g} changes/s + {events_rate:g} events/s", seconds):
         while any(t.is_alive() for t in loads):
-            pid = int((supervisor.program_info(settings, control.PROGRAM) or {}).get("pid") or 0)
-            jvm = jvm_of(pid) if pid else None
+            jvm = stream_jvm()
+            if "after_first_window" not in live and time.time() >= start + window:
+                live["after_first_window"] = live_heap_mb(jvm) if jvm else None
+                log.info(f"bench soak: heap after a full GC at the end of the first window: "
+                         f"{live['after_first_window']} MB")
             heap.append((time.time(), old_gen_mb(jvm) if jvm else None))
             lag.append((time.time(), control.total_lag(settings)))
             log.info(f"bench soak: {(time.time() - start) / 60:.1f} min, old gen {heap[-1][1]} MB, "
@@ -190,9 +218,11 @@ def bench_soak(settings: Settings, minutes: float, cdc_rate: float, events_rate:
             for thread in loads:
                 thread.join(timeout=sample_seconds / len(loads))
     end = time.time()
+    jvm = stream_jvm()
+    live["after_load"] = live_heap_mb(jvm) if jvm else None
+    log.info(f"bench soak: heap after a full GC once the load ended: {live['after_load']} MB")
     with bars.remaining("bench soak: applying the rest (records to apply)") as left:
         caught = control.wait(settings, 1800, progress=left)
-    window = window_minutes * 60
     result: dict[str, Any] = {
         "minutes": minutes, "cdc_rate": cdc_rate, "events_rate": events_rate, "seed": seed,
         "caught_up_after_s": round(time.time() - end, 1) if caught else None, "errors": errors,
@@ -202,6 +232,8 @@ def bench_soak(settings: Settings, minutes: float, cdc_rate: float, events_rate:
         "silver_files": {"start": files_before, "end": silver_files(spark)},
         "stream_old_gen_mb_floor": {"first": _floor(heap, start, start + window), "last": _floor(heap, end - window,
                                                                                                    end)},
+        "stream_live_heap_mb": {**live, "ratio": round(live["after_load"] / live["after_first_window"], 2)
+                                if live.get("after_load") and live.get("after_first_window") else None},
         "stream_lag_max_records": max((n for _t, n in lag), default=None),
         "samples": {"heap_mb": [v for _t, v in heap], "lag": [n for _t, n in lag]},
     }

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
-from spark_jobs.bench.soak import _floor, jvm_of, old_gen_mb, window_figures
+from spark_jobs.bench.soak import _floor, jvm_of, live_heap_mb, old_gen_mb, window_figures
 
 
 def test_window_figures_compare_the_first_and_last_windows_only() -> None:
@@ -47,3 +49,37 @@ def test_old_gen_of_a_process_that_is_no_jvm_is_unknown() -> None:
             child.kill()
         driver.kill()
         driver.wait()
+
+
+def test_the_live_heap_is_what_a_full_gc_leaves_in_a_real_jvm(tmp_path: Path) -> None:
+    """A JVM that keeps 40 MB and has thrown away 200 MB in its old generation: after live_heap_mb's full GC the old
+    generation holds about the 40 MB (not the garbage), and jstat counts the full collection."""
+    source = tmp_path / "Keep.java"
+    source.write_text(
+        "public class Keep {\n"
+        "  static byte[][] kept = new byte[40][];\n"
+        "  public static void main(String[] a) throws Exception {\n"
+        "    java.util.List<byte[]> junk = new java.util.ArrayList<>();\n"
+        "    for (int i = 0; i < 200; i++) junk.add(new byte[1 << 20]);\n"
+        "    for (int i = 0; i < 40; i++) kept[i] = new byte[1 << 20];\n"
+        "    junk = null;\n"
+        "    System.out.println(\"ready\"); System.out.flush();\n"
+        "    Thread.sleep(60_000);\n"
+        "  }\n"
+        "}\n")
+    jvm = subprocess.Popen(["java", "-XX:+UseG1GC", "-Xms512m", "-Xmx512m", str(source)], stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert jvm.stdout is not None and jvm.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while old_gen_mb(jvm.pid) is None and time.monotonic() < deadline:  # jstat attaches once the JVM is up
+            time.sleep(0.2)
+        live = live_heap_mb(jvm.pid)
+        assert live is not None and 38 <= live < 120, live
+        gc = subprocess.run(["jstat", "-gc", str(jvm.pid)], capture_output=True, text=True, check=True).stdout
+        header, values = (line.split() for line in gc.strip().splitlines()[:2])
+        assert int(values[header.index("FGC")]) >= 1
+    finally:
+        jvm.kill()
+        jvm.wait()
+    assert live_heap_mb(os.getpid()) is None  # not a JVM: refused before jcmd (whose attach sends a SIGQUIT)
