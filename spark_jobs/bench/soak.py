@@ -147,6 +147,10 @@ def window_figures(samples: list[tuple[float, float]], start: float, end: float,
     return {"first": figures(first), "last": figures(last), "last_to_first_p95": ratio}
 
 
+def _ratio(last: float | None, first: float | None) -> float | None:
+    return round(last / first, 2) if last and first else None
+
+
 def _floor(samples: list[tuple[float, float | None]], start: float, end: float) -> float | None:
     values = [v for t, v in samples if start <= t <= end and v is not None]
     return min(values) if values else None
@@ -232,8 +236,7 @@ def bench_soak(settings: Settings, minutes: float, cdc_rate: float, events_rate:
         "silver_files": {"start": files_before, "end": silver_files(spark)},
         "stream_old_gen_mb_floor": {"first": _floor(heap, start, start + window), "last": _floor(heap, end - window,
                                                                                                    end)},
-        "stream_live_heap_mb": {**live, "ratio": round(live["after_load"] / live["after_first_window"], 2)
-                                if live.get("after_load") and live.get("after_first_window") else None},
+        "stream_live_heap_mb": {**live, "ratio": _ratio(live.get("after_load"), live.get("after_first_window"))},
         "stream_lag_max_records": max((n for _t, n in lag), default=None),
         "samples": {"heap_mb": [v for _t, v in heap], "lag": [n for _t, n in lag]},
     }
