@@ -51,7 +51,14 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.contracts.clickstream import TOPIC
 from spark_jobs.settings import Settings
 from spark_jobs.silver.clickstream import valid_events
-from spark_jobs.streaming.clickstream_plan import CHECKED, RAW, events_stream, late_flag, stats_aggregates
+from spark_jobs.streaming.clickstream_plan import (
+    CHECKED,
+    RAW,
+    events_stream,
+    late_flag,
+    merge_stats,
+    stats_aggregates,
+)
 from spark_jobs.streaming.common import (
     ensure_log_output,
     last_trigger_ms,
@@ -347,8 +354,9 @@ def batch_summary(frame: DataFrame, late: Column) -> tuple[list[dict[str, Any]],
 
     Each row is grouped once, under its Kafka partition and, for a valid event, its base window
     (:data:`~spark_jobs.hot.windows.BASE_MINUTES`): the groups carry the partition's counts and the window's hot
-    aggregates side by side. The driver adds the few groups up per partition (:func:`merge_stats`) and per view's
-    window (:func:`~spark_jobs.hot.windows.rollup_deltas`). One row per record instead of one per record and view:
+    aggregates side by side. The driver adds the few groups up per partition
+    (:func:`~.clickstream_plan.merge_stats`) and per view's window (:func:`~spark_jobs.hot.windows.rollup_deltas`).
+    One row per record instead of one per record and view:
     the aggregation (a collect_set, so Spark's object hash aggregate) was the largest part of the job's CPU beside
     the cache (docs/benchmarks.md)."""
     from pyspark.sql import functions as F
@@ -364,29 +372,6 @@ def batch_summary(frame: DataFrame, late: Column) -> tuple[list[dict[str, Any]],
                                                      *base_aggregates(F.col("_valid")))
     collected = [r.asDict() for r in grouped.collect()]
     return merge_stats(collected), rollup_deltas([r for r in collected if r["_base"] is not None])
-
-
-def merge_stats(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`~.clickstream_plan.batch_stats` rows from groups finer than a partition (each with ``partition`` and
-    the ``s_``-prefixed :func:`~.clickstream_plan.stats_aggregates`): counts add, offsets and times take their
-    least or greatest."""
-    from spark_jobs.streaming.clickstream_plan import STATS_COLUMNS
-
-    def pick(values: list[Any], best: Callable[[list[Any]], Any]) -> Any:
-        present = [v for v in values if v is not None]
-        return best(present) if present else None
-
-    merged: list[dict[str, Any]] = []
-    for partition in sorted({g["partition"] for g in groups}):
-        mine = [g for g in groups if g["partition"] == partition]
-        row: dict[str, Any] = {"partition": partition}
-        for name in STATS_COLUMNS[1:]:
-            values = [g[f"s_{name}"] for g in mine]
-            row[name] = (pick(values, min) if name == "first_offset" else
-                         pick(values, max) if name in ("last_offset", "newest_kafka_time", "ingest_time") else
-                         sum(int(v) for v in values))
-        merged.append(row)
-    return merged
 
 
 def _utc(value: datetime | None) -> datetime | None:

@@ -19,7 +19,8 @@ One streaming query, one Kafka read per micro-batch shared by two branches:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.silver.clickstream import check_events
 
@@ -114,6 +115,26 @@ def stats_aggregates(late: Column, counted: Column | None = None, prefix: str = 
         F.max(F.when(is_raw, F.col("kafka_timestamp"))).alias(f"{prefix}newest_kafka_time"),
         F.max(F.when(counted, F.col("_ingest_time"))).alias(f"{prefix}ingest_time"),
     ]
+
+
+def merge_stats(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`batch_stats` rows from groups finer than a partition (each with ``partition`` and the ``s_``-prefixed
+    :func:`stats_aggregates`): counts add, offsets and times take their least or greatest."""
+    def pick(values: list[Any], best: Callable[[list[Any]], Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return best(present) if present else None
+
+    merged: list[dict[str, Any]] = []
+    for partition in sorted({g["partition"] for g in groups}):
+        mine = [g for g in groups if g["partition"] == partition]
+        row: dict[str, Any] = {"partition": partition}
+        for name in STATS_COLUMNS[1:]:
+            values = [g[f"s_{name}"] for g in mine]
+            row[name] = (pick(values, min) if name == "first_offset" else
+                         pick(values, max) if name in ("last_offset", "newest_kafka_time", "ingest_time") else
+                         sum(int(v) for v in values))
+        merged.append(row)
+    return merged
 
 
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
