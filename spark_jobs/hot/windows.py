@@ -168,18 +168,23 @@ def view_windows(event_time: Column) -> list[Column]:
     """An event's window in each of :data:`HOT_VIEWS`: ``struct(v: the view's index, w: struct(start, end))``, one
     per view (:func:`batch_deltas` explodes them: each event once per view)."""
     def window(view: HotView) -> Column:  # F.window's tumbling window, as arithmetic (one F.window per select)
-        width = view.minutes * 60 * 1_000_000
-        start = F.timestamp_micros(F.floor(F.unix_micros(event_time) / width) * width)
-        return F.struct(start.alias("start"), F.timestamp_micros(F.unix_micros(start) + width).alias("end"))
+        start = window_start_micros(event_time, view.minutes)
+        return F.struct(F.timestamp_micros(start).alias("start"),
+                        F.timestamp_micros(start + view.minutes * 60 * 1_000_000).alias("end"))
 
     return [F.struct(F.lit(i).alias("v"), window(view).alias("w")) for i, view in enumerate(HOT_VIEWS)]
 
 
-def base_window(event_time: Column) -> Column:
-    """The start of an event's base window (:data:`BASE_MINUTES`) in epoch microseconds (the arithmetic of
-    :func:`view_windows`)."""
-    width = BASE_MINUTES * 60 * 1_000_000
+def window_start_micros(event_time: Column, minutes: int) -> Column:
+    """The start of an event's tumbling window of ``minutes``, in epoch microseconds (the windows of every view, and
+    the base window :func:`base_window`)."""
+    width = minutes * 60 * 1_000_000
     return F.floor(F.unix_micros(event_time) / width) * width
+
+
+def base_window(event_time: Column) -> Column:
+    """The start of an event's base window (:data:`BASE_MINUTES`) in epoch microseconds."""
+    return window_start_micros(event_time, BASE_MINUTES)
 
 
 def base_aggregates(counted: Column) -> list[Column]:
