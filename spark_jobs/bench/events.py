@@ -165,7 +165,22 @@ def archive_breakdown(rows: list[Any]) -> dict[str, Any]:
     n = len(rows)
     return {"batches": n, "records_mean": round(sum(int(r.received) for r in rows) / n, 1),
             "seconds_mean": round(sum(float(r.batch_seconds) for r in rows) / n, 3),
-            "per_batch": counts, "stage_seconds_mean": means}
+            "per_batch": counts, "stage_seconds_mean": means, **busy(rows)}
+
+
+def busy(rows: list[Any]) -> dict[str, Any]:
+    """How loaded the events query was over ``rows`` (archive ledger rows, in batch order): ``busy_share``, the
+    share of the wall time from the first batch's start (its ingest time) to the last ledger commit that its
+    batches ran; ``batch_us_per_record``, their seconds per record. A steady load near a busy share of 1 means
+    batches grow until they match the load, so freshness swings with small changes in cost (docs/benchmarks.md,
+    2026-12-07)."""
+    if not rows:
+        return {}
+    span = rows[-1].committed_at.timestamp() - rows[0].max_ingest_time.timestamp()
+    running = sum(float(r.batch_seconds) for r in rows)
+    records = sum(int(r.received) for r in rows)
+    return {"busy_share": round(running / span, 3) if span > 0 else None,
+            "batch_us_per_record": round(running / records * 1e6, 1) if records else None}
 
 
 def step_means(rows: list[Any]) -> dict[str, float]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from spark_jobs.bench.events import _produced_per_second
+from spark_jobs.bench.events import _produced_per_second, busy
 
 
 def test_produced_per_second_uses_the_loadgen_manifest_fields() -> None:
@@ -22,6 +22,19 @@ def test_produced_per_second_uses_the_loadgen_manifest_fields() -> None:
 
 def test_produced_per_second_without_elapsed_is_nan_not_a_made_up_rate() -> None:
     assert math.isnan(_produced_per_second({"total_sent": 10}))
+
+
+def test_busy_share_is_the_batches_running_time_over_the_span_they_cover() -> None:
+    t0 = datetime(2026, 1, 1, 0, 0, 0)
+
+    def row(start: float, seconds: float, commit: float, received: int) -> SimpleNamespace:
+        return SimpleNamespace(received=received, batch_seconds=seconds, committed_at=t0 + timedelta(seconds=commit),
+                               max_ingest_time=t0 + timedelta(seconds=start))
+
+    # two batches of 2 s and 1 s over the 4 s from the first start to the last commit: busy 3 of 4 s
+    got = busy([row(0, 2.0, 2.2, 10_000), row(3, 1.0, 4.0, 5_000)])
+    assert got == {"busy_share": 0.75, "batch_us_per_record": 200.0}
+    assert busy([]) == {}
 
 
 def test_raw_ceiling_tells_the_records_still_to_read_after_each_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
