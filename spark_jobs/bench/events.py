@@ -133,14 +133,18 @@ def _rates(rows: list[Any], hot: list[Any]) -> dict[str, Any]:
     ingest time, to the ledger commit of the last one), and through the hot tables (``hot``: their ledger rows, from
     the first batch's start to the last hot commit)."""
     landed = sum(int(r.received) for r in rows)
-    first_start = rows[0].max_ingest_time.timestamp()
-    land_span = rows[-1].committed_at.timestamp() - first_start
+    land_span = _archive_span(rows)
     hot_records = sum(int(r.received) for r in hot)
     hot_span = (hot[-1].hot_committed_at.timestamp() - (hot[0].hot_committed_at.timestamp() - hot[0].batch_seconds)
                 if hot else 0)
     return {"records": landed, "batches": len(rows), "hot_batches": len(hot),
             "hot_per_s": round(hot_records / hot_span, 1) if hot_span > 0 else None,
             "landed_per_s": round(landed / land_span, 1) if land_span > 0 else None}
+
+
+def _archive_span(rows: list[Any]) -> float:
+    """Seconds from the first archive batch's start (its ingest time) to the last one's ledger commit."""
+    return float(rows[-1].committed_at.timestamp() - rows[0].max_ingest_time.timestamp())
 
 
 def hot_breakdown(rows: list[Any]) -> dict[str, Any]:
@@ -176,7 +180,7 @@ def busy(rows: list[Any]) -> dict[str, Any]:
     2026-12-07)."""
     if not rows:
         return {}
-    span = rows[-1].committed_at.timestamp() - rows[0].max_ingest_time.timestamp()
+    span = _archive_span(rows)
     running = sum(float(r.batch_seconds) for r in rows)
     records = sum(int(r.received) for r in rows)
     return {"busy_share": round(running / span, 3) if span > 0 else None,
