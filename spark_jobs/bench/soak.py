@@ -143,12 +143,13 @@ def window_figures(samples: list[tuple[float, float]], start: float, end: float,
                 "p95_s": round(percentile(values, 0.95), 2), "max_s": round(max(values), 2) if values else None}
 
     p95_first, p95_last = percentile(first, 0.95), percentile(last, 0.95)
-    ratio = round(p95_last / p95_first, 2) if first and last and p95_first > 0 else None
+    ratio = _ratio(p95_last, p95_first) if first and last else None
     return {"first": figures(first), "last": figures(last), "last_to_first_p95": ratio}
 
 
 def _ratio(last: float | None, first: float | None) -> float | None:
-    return round(last / first, 2) if last and first else None
+    """``last / first`` to two places; None without both (or with a first of 0)."""
+    return round(last / first, 2) if last is not None and first else None
 
 
 def _floor(samples: list[tuple[float, float | None]], start: float, end: float) -> float | None:
