@@ -60,6 +60,9 @@ from spark_jobs.streaming.clickstream_plan import (
     stats_aggregates,
 )
 from spark_jobs.streaming.common import (
+    batch_constant,
+    batch_time,
+    batch_timestamp_ms,
     ensure_log_output,
     last_trigger_ms,
     log_batch,
@@ -69,7 +72,7 @@ from spark_jobs.streaming.common import (
 )
 from spark_jobs.streaming.engine import ARCHIVE, HOT, BatchJobs
 from spark_jobs.streaming.hot import HOT_MAINTENANCE_SECONDS, HotWriter
-from spark_jobs.table_io import ensure_database
+from spark_jobs.table_io import checkpoint_location, ensure_database
 from spark_jobs.table_io.append import OnceAppender
 from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import DriverTable
@@ -180,11 +183,16 @@ class EventsApp:
         app_id = query_id(self.spark, QUERY)
         watermark_before = self.watermark
         late = late_flag(self.settings.events_watermark_minutes)
+        # The batch's time and id reach the rows through columns kept out of Spark's generated code (batch_time,
+        # batch_constant), only in the appends' projections: as literals they made Spark compile the batch's largest
+        # stages again every batch.
+        batch_ms = batch_timestamp_ms(self.spark, QUERY, batch_id, checkpoint_location(self.settings, QUERY))
+        ingest_time = datetime.fromtimestamp(batch_ms / 1000, UTC)
         frame = frame.persist()
         appends: list[Future[None]] = []
         try:
-            checked = frame.where(F.col("_kind") == CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
-            valid = valid_events(checked, keep=[late.alias("_late"), F.lit(batch_id).cast("bigint").alias("_batch_id")])
+            checked = frame.where(F.col("_kind") == CHECKED).withColumn("ingest_time", batch_time(batch_ms))
+            valid = valid_events(checked, keep=[late.alias("_late"), batch_constant(batch_id).alias("_batch_id")])
             # One Spark job: read, check, de-duplicate (and cache) the batch, count it per Kafka partition and
             # aggregate its valid events per hot window; only these few rows reach the driver.
             t = time.monotonic()
@@ -193,7 +201,6 @@ class EventsApp:
             received = sum(int(r["received"]) for r in stats)
             if received == 0:  # a no-data batch (the state store evicting old ids): nothing to write
                 return
-            ingest_time = max(r["ingest_time"] for r in stats).astimezone(UTC)
             totals = {k: sum(int(r[k]) for r in stats) for k in ("received", "appended", "quarantined", "late")}
             # The hot tables first, from the cached batch (one small job and the driver's commits), then the archive.
             t = time.monotonic()
@@ -207,13 +214,13 @@ class EventsApp:
             hot_jobs = jobs.jobs()  # the hot side's: counted before the appends add theirs
             held = self._failpoint(HOLD_BEFORE_APPEND_FAILPOINT).exists()
             if not held:
-                appends = self._start_appends(frame, valid, checked, app_id, batch_id, totals, jobs)
+                appends = self._start_appends(frame, valid, checked, batch_ms, app_id, batch_id, totals, jobs)
             hot_committed = self.hot.commit(deltas, steps["read_check_dedup_count"], hot_jobs, spans, app_id,
                                             batch_id, jobs, watermark_after)
             steps["hot"] = time.monotonic() - t
             if held:
                 self._hold_if_asked(batch_id, HOLD_BEFORE_APPEND_FAILPOINT, "counted, holding before the appends")
-                appends = self._start_appends(frame, valid, checked, app_id, batch_id, totals, jobs)
+                appends = self._start_appends(frame, valid, checked, batch_ms, app_id, batch_id, totals, jobs)
             for future in appends:
                 future.result()
             steps["append"] = time.monotonic() - t  # from the start of the hot step: the two overlap
@@ -225,7 +232,7 @@ class EventsApp:
             jobs.leave()
 
         self.watermark = watermark_after
-        ledger = {
+        ledger: dict[str, Any] = {
             "batch_id": batch_id, **totals, "valid": totals["received"] - totals["quarantined"],
             "duplicates": totals["received"] - totals["appended"] - totals["quarantined"],
             "watermark_before": watermark_before, "watermark_after": self.watermark,
@@ -253,8 +260,8 @@ class EventsApp:
         self._maintain_ledger_if_due()
         self.maintenance.run_if_due()
 
-    def _start_appends(self, frame: DataFrame, valid: DataFrame, checked: DataFrame, app_id: str, batch_id: int,
-                       totals: dict[str, int], jobs: BatchJobs) -> list[Future[None]]:
+    def _start_appends(self, frame: DataFrame, valid: DataFrame, checked: DataFrame, batch_ms: int, app_id: str,
+                       batch_id: int, totals: dict[str, int], jobs: BatchJobs) -> list[Future[None]]:
         """Start the bronze, silver and quarantine appends of the batch, Spark appends side by side in the
         ``archive`` pool (each once); a table the batch has no row for gets no write (an empty idempotent write
         would still commit its transaction). Returns their futures."""
@@ -262,7 +269,7 @@ class EventsApp:
 
         bronze = frame.where(F.col("_kind") == RAW).select(
             "key", "value", "topic", "partition", "offset", "kafka_timestamp",
-            F.col("_ingest_time").alias("ingest_time"), F.to_date("_ingest_time").alias("ingest_date"))
+            batch_time(batch_ms).alias("ingest_time"), F.to_date(batch_time(batch_ms)).alias("ingest_date"))
         quarantine = checked.where(F.col("_reason").isNotNull()).select(
             F.lit("events").alias("stage"), "topic", "partition", "offset", "kafka_timestamp", "key", "value",
             F.col("_reason").alias("reason"), F.col("_error").alias("error"),
@@ -365,7 +372,7 @@ def batch_summary(frame: DataFrame, late: Column) -> tuple[list[dict[str, Any]],
 
     valid = (F.col("_kind") == CHECKED) & F.col("_reason").isNull()
     rows = frame.select("partition", F.when(valid, base_window(F.col("_event_time"))).alias("_base"),
-                        valid.alias("_valid"), "_kind", "_reason", "offset", "kafka_timestamp", "_ingest_time",
+                        valid.alias("_valid"), "_kind", "_reason", "offset", "kafka_timestamp",
                         F.col("_event_type").alias("event_type"), F.col("_user_id").alias("user_id"),
                         F.col("_p_revenue").alias("revenue"), late.alias("_late"))
     grouped = rows.groupBy("partition", "_base").agg(*stats_aggregates(F.col("_late"), prefix="s_"),
@@ -384,7 +391,6 @@ def start_on_topic(spark: SparkSession, settings: Settings, query: str, plan: Ca
     """Start ``query`` over the events topic: ``plan(kafka source, watermark minutes)`` -> ``process`` per batch,
     with the de-duplication state's settings for this query alone, in scheduler ``pool`` (both events queries)."""
     from spark_jobs.streaming.common import kafka_source, start_with_query_conf
-    from spark_jobs.table_io import checkpoint_location
 
     source = kafka_source(spark, settings, ("subscribe", TOPIC), settings.events_max_offsets_per_trigger)
     # State store partitions (fixed in the checkpoint at its first batch: LAKE_EVENTS_STATE_PARTITIONS); each is

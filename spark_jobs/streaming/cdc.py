@@ -46,6 +46,7 @@ from spark_jobs.settings import Settings
 from spark_jobs.silver.cdc import quote_ident
 from spark_jobs.silver.cdc_columns import admit_columns, new_columns
 from spark_jobs.streaming.common import (
+    batch_time,
     ensure_log_output,
     log_batch,
     query_id,
@@ -281,8 +282,9 @@ class CdcApp:
         from pyspark.sql import functions as F
 
         t = time.monotonic()
+        stamp = batch_time(int(ingest_time.timestamp() * 1000))  # not a literal: it would compile every batch
         rows = raw.select("key", "value", "topic", "partition", "offset", "kafka_timestamp",
-                          F.lit(ingest_time).alias("ingest_time"), F.to_date(F.lit(ingest_time)).alias("ingest_date"))
+                          stamp.alias("ingest_time"), F.to_date(stamp).alias("ingest_date"))
         in_task = {c.topic: target for c in contracts if (target := self._bronze_targets.get(c.bronze))}
         for contract in contracts:
             if contract.topic not in in_task:

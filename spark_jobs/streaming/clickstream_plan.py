@@ -60,16 +60,17 @@ def events_stream(source: DataFrame, watermark_minutes: int) -> DataFrame:
     Out: the raw rows (``_kind`` = "raw": key, value, topic, partition, offset,
     kafka_timestamp) and the checked, de-duplicated rows (``_kind`` = "checked":
     :func:`~spark_jobs.silver.clickstream.checked_schema`, key and value only for
-    rejects), both with ``_ingest_time`` (the batch's timestamp).
+    rejects). No per-batch value (the batch's time or id) is in this plan: Spark writes such a value into its
+    generated code, which then compiles again every batch; the writes add them
+    (:func:`spark_jobs.streaming.common.batch_time`).
     """
     from pyspark.sql import functions as F
 
-    stamped = source.withColumnRenamed("timestamp", "kafka_timestamp").withColumn(
-        "_ingest_time", F.current_timestamp())
-    raw = stamped.select("key", "value", "topic", "partition", "offset", "kafka_timestamp", "_ingest_time",
+    stamped = source.withColumnRenamed("timestamp", "kafka_timestamp")
+    raw = stamped.select("key", "value", "topic", "partition", "offset", "kafka_timestamp",
                          F.lit(RAW).alias("_kind"))
     rejected = F.col("_reason").isNotNull()
-    checked = (check_events(stamped, keep=["_ingest_time"])
+    checked = (check_events(stamped)
                .withColumn("key", F.when(rejected, F.col("key")))
                .withColumn("value", F.when(rejected, F.col("value")))
                .withColumn("_kind", F.lit(CHECKED))
@@ -92,7 +93,7 @@ def late_flag(watermark_minutes: int) -> Column:
 
 
 STATS_COLUMNS = ("partition", "received", "first_offset", "last_offset", "appended", "quarantined", "late",
-                 "newest_kafka_time", "ingest_time")
+                 "newest_kafka_time")
 
 
 def stats_aggregates(late: Column, counted: Column | None = None, prefix: str = "") -> list[Column]:
@@ -113,7 +114,6 @@ def stats_aggregates(late: Column, counted: Column | None = None, prefix: str = 
         F.count(F.when(checked & F.col("_reason").isNotNull(), one)).alias(f"{prefix}quarantined"),
         F.count(F.when(valid & late, one)).alias(f"{prefix}late"),
         F.max(F.when(is_raw, F.col("kafka_timestamp"))).alias(f"{prefix}newest_kafka_time"),
-        F.max(F.when(counted, F.col("_ingest_time"))).alias(f"{prefix}ingest_time"),
     ]
 
 
@@ -131,7 +131,7 @@ def merge_stats(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for name in STATS_COLUMNS[1:]:
             values = [g[f"s_{name}"] for g in mine]
             row[name] = (pick(values, min) if name == "first_offset" else
-                         pick(values, max) if name in ("last_offset", "newest_kafka_time", "ingest_time") else
+                         pick(values, max) if name in ("last_offset", "newest_kafka_time") else
                          sum(int(v) for v in values))
         merged.append(row)
     return merged
@@ -139,5 +139,5 @@ def merge_stats(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def batch_stats(frame: DataFrame, late: Column) -> DataFrame:
     """Per Kafka partition of a batch (:func:`events_stream` rows): received, first/last offset, unique valid,
-    quarantined, late, newest Kafka time, ingest time. One small row per partition."""
+    quarantined, late, newest Kafka time. One small row per partition."""
     return frame.groupBy("partition").agg(*stats_aggregates(late))

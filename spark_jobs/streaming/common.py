@@ -16,7 +16,7 @@ from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,55 @@ def last_trigger_ms(spark: SparkSession, name: str) -> dict[str, int] | None:
                     out[f"state.{key}"] = out.get(f"state.{key}", 0) + int(op.get(key) or 0)
             return out
     return None
+
+
+def batch_constant(value: int) -> Column:
+    """``value`` as a bigint column that Spark keeps out of its generated code.
+
+    ``F.lit(value)`` is written into the generated Java as a constant, so a plan holding a per-batch value (the
+    batch id, the batch's time) has new code text every batch: Spark compiled the same two or three classes again
+    every micro-batch (a CodeGenerator debug log of the events stream: the batch time in its two largest stages,
+    the batch id in silver.events' append), and new classes run interpreted until the JIT catches up
+    (docs/benchmarks.md, "Per-batch code generation"). ``java_method`` is evaluated, not compiled (CodegenFallback
+    and non-deterministic: the optimizer does not fold it back into a literal), and the cast around it compiles to
+    the same text whatever the value. It costs a reflective call per row: use it in the few projections that write
+    the value, not in per-record logic.
+    """
+    from pyspark.sql import functions as F
+
+    return F.expr(f"java_method('java.lang.Long', 'valueOf', '{int(value)}')").cast("bigint")
+
+
+def batch_time(millis: int) -> Column:
+    """A batch's timestamp (epoch milliseconds) as a timestamp column kept out of generated code
+    (:func:`batch_constant`)."""
+    from pyspark.sql import functions as F
+
+    return F.timestamp_millis(batch_constant(millis))
+
+
+def batch_timestamp_ms(spark: SparkSession, query: str, batch_id: int, checkpoint: str) -> int:
+    """Spark's timestamp of micro-batch ``batch_id`` of query ``query`` (what ``current_timestamp()`` means in it),
+    in epoch milliseconds. It is recorded in the batch's offsets file before the batch runs, so a batch run again
+    after a crash gets the same value: its rows carry the same ingest time whichever run wrote them.
+
+    Read from the running query's current execution (no I/O); from the offsets file (``<checkpoint>/offsets/<id>``,
+    its second line) when that is not the batch asked for.
+    """
+    import json
+
+    for active in spark.streams.active:
+        if active.name == query:
+            try:
+                execution = active._jsq.streamingQuery().lastExecution()
+                if execution is not None and int(execution.currentBatchId()) == batch_id:
+                    return int(execution.offsetSeqMetadata().batchTimestampMs())
+            except Exception:  # Spark internals moved: the offsets file says the same
+                log.debug("%s batch %d: batch time from the offsets file", query, batch_id, exc_info=True)
+    text = read_checkpoint_file(spark, f"{checkpoint}/offsets/{batch_id}")
+    if text is None or len(text.splitlines()) < 2:
+        raise RuntimeError(f"{query}: no offsets file for batch {batch_id} under {checkpoint}/offsets")
+    return int(json.loads(text.splitlines()[1])["batchTimestampMs"])
 
 
 def read_checkpoint_file(spark: SparkSession, path: str) -> str | None:

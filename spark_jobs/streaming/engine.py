@@ -92,6 +92,16 @@ def stream_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+def codegen_compiles(spark: SparkSession) -> int:
+    """How many times this JVM's Spark has compiled generated code so far (Spark's ``CodegenMetrics``): a plan whose
+    generated Java text changes every batch (a per-batch value written into it as a constant) compiles again every
+    batch, and its new classes run interpreted until the JIT catches up; ``LAKE_STREAM_LOG_JOBS=true`` logs the
+    count per batch."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
+
+
 class BatchJobs:
     """The Spark jobs and Delta commits of one micro-batch of ``query``, run in scheduler pool ``pool``."""
 
@@ -101,6 +111,7 @@ class BatchJobs:
         self.pool = pool
         self._commits = 0
         self._lock = threading.Lock()
+        self._compiles_at_start = codegen_compiles(spark)
 
     def enter(self, pool: str | None = None) -> None:
         """Tag the calling thread's Spark jobs with this batch (and run them in ``pool``, default the batch's).
@@ -157,7 +168,8 @@ class BatchJobs:
 
     def log(self) -> None:
         """Log this batch's jobs by name and its stages with their times (``LAKE_STREAM_LOG_JOBS=true``)."""
-        log.info("lake stream: %s jobs: %s", self.group, self.job_names())
+        log.info("lake stream: %s jobs: %s; classes compiled since the batch started (whole JVM): %d", self.group,
+                 self.job_names(), codegen_compiles(self.spark) - self._compiles_at_start)
         log.info("lake stream: %s stages (name, tasks, wall s, task s): %s", self.group, self.stage_seconds())
 
     def stage_seconds(self) -> list[tuple[str, int, float, float]]:

@@ -212,7 +212,7 @@ def test_a_batchs_counts_and_hot_deltas_come_from_one_job_over_the_cached_batch(
     def process(frame: Any, batch_id: int) -> None:
         frame = frame.persist()
         try:
-            checked = frame.where(F.col("_kind") == CHECKED).withColumnRenamed("_ingest_time", "ingest_time")
+            checked = frame.where(F.col("_kind") == CHECKED).withColumn("ingest_time", F.current_timestamp())
             valid = valid_events(checked, keep=[late.alias("_late")])
             jobs = BatchJobs(spark, "summary-test", batch_id, "hot")
             jobs.enter()
