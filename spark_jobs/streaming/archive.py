@@ -269,7 +269,7 @@ class EventsApp:
 
         bronze = frame.where(F.col("_kind") == RAW).select(
             "key", "value", "topic", "partition", "offset", "kafka_timestamp",
-            batch_time(batch_ms).alias("ingest_time"), F.to_date(batch_time(batch_ms)).alias("ingest_date"))
+            batch_time(batch_ms).alias("ingest_time")).withColumn("ingest_date", F.to_date("ingest_time"))
         quarantine = checked.where(F.col("_reason").isNotNull()).select(
             F.lit("events").alias("stage"), "topic", "partition", "offset", "kafka_timestamp", "key", "value",
             F.col("_reason").alias("reason"), F.col("_error").alias("error"),

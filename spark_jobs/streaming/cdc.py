@@ -284,7 +284,7 @@ class CdcApp:
         t = time.monotonic()
         stamp = batch_time(int(ingest_time.timestamp() * 1000))  # not a literal: it would compile every batch
         rows = raw.select("key", "value", "topic", "partition", "offset", "kafka_timestamp",
-                          stamp.alias("ingest_time"), F.to_date(stamp).alias("ingest_date"))
+                          stamp.alias("ingest_time")).withColumn("ingest_date", F.to_date("ingest_time"))
         in_task = {c.topic: target for c in contracts if (target := self._bronze_targets.get(c.bronze))}
         for contract in contracts:
             if contract.topic not in in_task:
