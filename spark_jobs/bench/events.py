@@ -231,6 +231,16 @@ def _at_first_batch(settings: Settings, log_from: int, timeout: float = 600) -> 
     return cpu_snapshot(int(pid), stream_executors_of(settings)) if pid else {}
 
 
+def _uptime(pid: int) -> float | None:
+    """Seconds since process ``pid`` (the stream's driver) started, None if it is not running."""
+    import psutil
+
+    try:
+        return round(time.time() - psutil.Process(pid).create_time(), 1) if pid else None
+    except psutil.Error:
+        return None
+
+
 def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, seed: int, warmup: float,
           skip_steady: bool, skip_catchup: bool, bars: Bars = NO_BARS) -> dict[str, Any] | None:
     """Run the bench (module docstring); returns its figures, or None (logged why) when the app did not catch up.
@@ -261,10 +271,14 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
             if not caught_up("catch-up after the warm-up", 900):
                 log.error("bench events: the app did not catch up after the warm-up")
                 return None
+        pid = int((supervisor.program_info(settings, control.PROGRAM) or {}).get("pid") or 0)
+        uptime = _uptime(pid)
+        cpu_before = cpu_snapshot(pid, stream_executors_of(settings)) if pid else {}
         steady = _loadgen(settings, rate, duration, seed, work / "steady.json")
         if not caught_up("applying the steady load", 900):
             log.error("bench events: the app did not catch up after the steady run")
             return None
+        cpu = cpu_split(cpu_before, cpu_snapshot(pid, stream_executors_of(settings))) if cpu_before else None
         ranges = manifest_ranges(steady)
         rows = _ledger_rows(spark, ranges)
         hot = _hot_rows(spark, ranges)
@@ -279,6 +293,9 @@ def bench(*, rate: float, duration: float, backlog: int, backlog_rate: float, se
             "freshness_p50_s": round(percentile(fresh, 0.5), 2), "freshness_p95_s": round(percentile(fresh, 0.95), 2),
             "freshness_max_s": round(max(fresh), 2) if fresh else None,
             "hot_batches": hot_breakdown(hot), "archive_batches": archive_breakdown(rows),
+            # A stream started minutes before spends a third of its JVM's CPU compiling Spark's planning code
+            # (jvm_shared: JIT and GC): compare runs on streams of a like age (docs/benchmarks.md).
+            "stream_uptime_s_at_start": uptime, "cpu_of_the_steady_run": cpu,
         }
         log.info(f"bench events steady: {json.dumps(results['steady'])}")
 

@@ -149,3 +149,17 @@ def test_bench_events_shows_its_catch_ups_and_raw_read_on_the_bars_it_is_given(
     ]
     assert loads == [(100, 2, "warmup.json"), (100, 5, "steady.json"), (500, 2.0, "backlog.json")]
     assert results is not None and set(results) == {"steady", "catchup"}
+
+
+def test_uptime_of_a_running_process_and_of_none() -> None:
+    import os
+    import time
+
+    import psutil
+
+    from spark_jobs.bench.events import _uptime
+
+    mine = _uptime(os.getpid())
+    assert mine is not None
+    assert abs(mine - (time.time() - psutil.Process().create_time())) < 1.0
+    assert _uptime(0) is None
