@@ -241,14 +241,20 @@ class TaskAppend:
 
     def open(self) -> DriverTable:
         """The table, opened where this runs (a Spark task). A Python worker serves many tasks: it keeps the
-        tables it opened and brings them up to date from the log's new commits (:meth:`DriverTable.refresh`, in
-        :meth:`DriverTable.write_once`) instead of loading each table's log again, its checkpoint included, every
-        batch (an events task appending two tables: 0.50-1.07 s a batch before, 0.28-0.45 s after;
-        docs/benchmarks.md)."""
+        tables it opened and brings them up to date from the log's new commits (:meth:`DriverTable.refresh`),
+        checking their protocol and taking their schema again, instead of loading each table's log, its checkpoint
+        included, every batch (an events task appending two tables: 0.50-1.07 s a batch before, 0.28-0.45 s
+        after; docs/benchmarks.md). Raises :class:`DriverDeltaError` for a table delta-rs may no longer write."""
         key = (self.name, self.uri)
         table = _OPENED.get(key)
         if table is None:
             table = _OPENED[key] = DriverTable(None, self.name, self.uri, dict(self.options))
+            return table
+        # Kept from an earlier task: what the table became since counts, its protocol (deletion vectors are
+        # switched on for good past LAKE_CDC_TASK_MERGE_MAX_MB) and its schema (the CDC driver widens tables).
+        table.refresh()
+        check_writable(self.name, table.table.protocol())
+        table.arrow_schema = _arrow_schema(table.table)
         return table
 
 

@@ -203,3 +203,24 @@ def test_log_version_and_written_rows_give_what_spark_s_history_says(tmp_path: P
     assert log_written_rows(None, location) == 3
     (tmp_path / "empty").mkdir()
     assert log_version(None, str(tmp_path / "empty")) is None
+
+
+def test_a_kept_table_is_brought_up_to_date_when_opened_again(tmp_path: Path) -> None:
+    """TaskAppend.open() keeps the tables a Python worker opened: opened again, it has the commits, the widened
+    schema and the protocol another writer made since (a table delta-rs may no longer write is refused)."""
+    from deltalake import TableFeatures
+
+    uri = str(tmp_path / "kept")
+    first = pa.table({"k": pa.array([1], pa.int64())})
+    write_deltalake(uri, first)
+    target = TaskAppend("ut.kept", uri, {})
+    opened = target.open()
+    write_deltalake(uri, pa.table({"k": pa.array([2], pa.int64()), "wide": pa.array(["x"])}), mode="append",
+                    schema_mode="merge")
+    again = target.open()
+    assert again is opened
+    assert again.arrow_schema.names == ["k", "wide"]
+    assert sorted(again.read()["k"].to_pylist()) == [1, 2]
+    DeltaTable(uri).alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+    with pytest.raises(DriverDeltaError):
+        target.open()
