@@ -135,11 +135,18 @@ class DriverTable:
         except Exception as exc:  # delta-rs raises TableNotFoundError, OSError, ... by backend
             raise DriverDeltaError(f"{name}: cannot open the Delta table at {self.uri} ({exc}); "
                                    "it is created by the streaming app's ensure_tables") from exc
-        check_writable(name, self.table.protocol())
+        self._check_and_describe()
+
+    def _check_and_describe(self) -> None:
+        """Refuse the table if delta-rs may not write it (:func:`check_writable`) and take its Arrow schema."""
+        check_writable(self.name, self.table.protocol())
         self.arrow_schema = _arrow_schema(self.table)
 
     def refresh(self) -> None:
+        """Bring the table up to date from the log's new commits, its protocol and schema included (a table can
+        gain deletion vectors past LAKE_CDC_TASK_MERGE_MAX_MB, and the CDC driver widens tables)."""
         self.table.update_incremental()
+        self._check_and_describe()
 
     def read(self, columns: list[str] | None = None, where: Any = None) -> pa.Table:
         """The current version as an Arrow table; ``where``: a ``pyarrow.compute`` expression rows must match."""
@@ -249,12 +256,8 @@ class TaskAppend:
         table = _OPENED.get(key)
         if table is None:
             table = _OPENED[key] = DriverTable(None, self.name, self.uri, dict(self.options))
-            return table
-        # Kept from an earlier task: what the table became since counts, its protocol (deletion vectors are
-        # switched on for good past LAKE_CDC_TASK_MERGE_MAX_MB) and its schema (the CDC driver widens tables).
-        table.refresh()
-        check_writable(self.name, table.table.protocol())
-        table.arrow_schema = _arrow_schema(table.table)
+        else:  # kept from an earlier task: what the table became since counts
+            table.refresh()
         return table
 
 
