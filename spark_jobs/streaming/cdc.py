@@ -3,15 +3,18 @@
 Subscribes to every ``shop.public.*`` topic. Per micro-batch (``foreachBatch``) the driver
 plans and commits; every record is handled in Spark tasks:
 
-1. the batch's Kafka rows are cached on the executors; one small aggregate (records and
-   newest offset per topic partition) is all the driver collects;
+1. one job reads the batch's Kafka records and parses them in Python tasks (one per topic partition range
+   of at most ``LAKE_STREAM_MAX_RECORDS_PER_TASK`` records), each of which also writes its raw records as
+   data files of ``bronze.<topic>`` (:mod:`spark_jobs.silver.cdc_land`); the parsed rows are cached on the
+   executors, and the driver collects one small aggregate (per topic partition its records and newest offset,
+   per topic its changes, rejects and deletes) and the bronze files' add actions, which it commits with
+   delta-rs, one commit per table (the bronze append's transaction and marker). A bronze table delta-rs
+   cannot write: the batch is cached and one task appends bronze after the parse, or Spark's append;
 2. per table with changes (tables in parallel driver threads, one writer each), one Spark job: the newest
    change per key (a window: TOAST-filled, position-ordered), then one task that drops the changes a delete
    marker supersedes, MERGEs the rest into ``silver.<table>`` with delta-rs (position-guarded) and appends the
    batch's deletes to ``silver.<table>__deleted`` (so a stale re-send cannot bring a key back):
-   :func:`spark_jobs.table_io.merge.apply_changes_in_task`; meanwhile one task appends the raw records of every
-   topic to its ``bronze.<topic>`` (:func:`spark_jobs.table_io.driver.append_split_in_task`). A table delta-rs
-   cannot write keeps Spark's MERGE and append;
+   :func:`spark_jobs.table_io.merge.apply_changes_in_task`. A table delta-rs cannot write keeps Spark's MERGE;
 3. every record it cannot parse or apply goes to ``quarantine.cdc`` (raw bytes, reason,
    Kafka coordinates) and the stream carries on;
 4. when PostgreSQL gained a column, silver is widened (``ALTER TABLE ... ADD COLUMNS``, typed
@@ -21,7 +24,8 @@ plans and commits; every record is handled in Spark tasks:
    this driver (one writer per table); Delta's auto compaction runs in the writes themselves.
 
 Exactly-once: every commit carries the batch's Delta transaction (``<query id>:<table>`` = batch id), so a
-batch replayed after a crash is appended once; the MERGE is guarded by the source position too, so re-applying
+batch replayed after a crash is appended once (bronze files a crashed batch's tasks wrote are never committed:
+the replayed batch writes and commits its own); the MERGE is guarded by the source position too, so re-applying
 it changes nothing. Order per table: MERGE, then the delete markers (a replay after a crash in between
 re-applies a no-op MERGE and appends them).
 
@@ -62,11 +66,14 @@ from spark_jobs.table_io.create import create_tables
 from spark_jobs.table_io.driver import TaskAppend, append_split_in_task, log_metadata, task_append
 from spark_jobs.table_io.maintenance import Maintenance, schedule_path
 from spark_jobs.table_io.merge import TaskTarget
+from spark_jobs.table_io.task_files import FileTarget, file_target
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
+
+    from spark_jobs.silver.cdc_land import Landing
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +145,7 @@ class CdcApp:
         self._schemas: dict[str, StructType] = {}  # silver schemas (this driver is their only writer)
         self._task_targets: dict[str, TaskTarget] = {}  # silver tables MERGEd in a task with delta-rs
         self._bronze_targets: dict[str, TaskAppend] = {}  # bronze tables appended in a task with delta-rs
+        self._bronze_files: dict[str, FileTarget] = {}  # per topic, its bronze table, landed by the parse tasks
         self.progress: dict[str, Any] = {"tables": {}, "offsets": {}}
         self.progress = read_json(status_path(settings)) or self.progress
 
@@ -155,6 +163,8 @@ class CdcApp:
         self._task_targets = {c.silver: target for c in CDC_TABLES.values() if (target := self._task_target(c))}
         self._bronze_targets = {c.bronze: bronze for c in CDC_TABLES.values()
                                 if (bronze := task_append(self.settings, c.bronze))}
+        self._bronze_files = {c.topic: file_target(self._bronze_targets[c.bronze]) for c in CDC_TABLES.values()
+                              if c.bronze in self._bronze_targets}
 
     def _task_target(self, contract: CdcTable) -> TaskTarget | None:
         """Where a Spark task MERGEs this table with delta-rs (:func:`~spark_jobs.table_io.merge.apply_changes_in_task`),
@@ -180,9 +190,9 @@ class CdcApp:
     # -- the batch --------------------------------------------------------------
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
-        """One micro-batch: one job reads, caches and parses every topic (and counts it); then per table with
-        changes, in parallel threads, one job computes the MERGE source, the MERGE and the delete markers; the
-        bronze appends run meanwhile in the ``archive`` pool."""
+        """One micro-batch: one job reads and parses every topic, lands bronze and counts it (module docstring);
+        then per table with changes, in parallel threads, one job computes the MERGE source, the MERGE and the
+        delete markers, while the driver commits the bronze files."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -192,21 +202,27 @@ class CdcApp:
         jobs = BatchJobs(self.spark, QUERY, batch_id, CDC)
         jobs.enter()
         app_id = query_id(self.spark, QUERY)
-        # One task per core, not one per topic partition (12 with four topics of three): every job over the batch
-        # (parse, summary, four bronze appends) ran 12 tasks, most of them near-empty (docs/benchmarks.md, "CDC: two
-        # more designs measured", design E). coalesce keeps the records where they are: no shuffle.
+        ingest_time = datetime.now(UTC)
+        landing = self._landing(ingest_time)
         raw = batch.select("key", "value", "topic", "partition", "offset",
-                           F.col("timestamp").alias("kafka_timestamp")).coalesce(
-            max(1, self.spark.sparkContext.defaultParallelism)).persist(StorageLevel.MEMORY_AND_DISK)
+                           F.col("timestamp").alias("kafka_timestamp"))
+        if landing is None:
+            # Bronze is appended after the parse, from the batch cached here, one task per core (with one per
+            # topic partition every job over the batch ran 12 tasks, most near-empty: docs/benchmarks.md, design E).
+            raw = raw.coalesce(max(1, self.spark.sparkContext.defaultParallelism)).persist(
+                StorageLevel.MEMORY_AND_DISK)
+        # Else the parse tasks read Kafka themselves, one per topic partition range of at most
+        # LAKE_STREAM_MAX_RECORDS_PER_TASK records, and land bronze: Spark spreads them over the cores (two tasks over
+        # the twelve ranges put the 10-18 KB customers and products records in one: 10.6 of 12 task-seconds).
         parsed: DataFrame | None = None
         refused: dict[str, set[str]] = {}  # per topic, payload columns PostgreSQL lacks: their records quarantined
         try:
             while True:
                 t0 = time.monotonic()
                 specs = [(c.topic, self._schema(c), c.keys) for c in self.contracts]
-                parsed = parse_tables_frame(raw, specs, unknown_topic_reason, refused).persist(
+                parsed = parse_tables_frame(raw, specs, unknown_topic_reason, refused, land=landing).persist(
                     StorageLevel.MEMORY_AND_DISK)
-                summary = self._summary(raw, parsed)
+                summary = self._summary(raw, parsed, landed=landing is not None)
                 self.timings["read_parse"] = time.monotonic() - t0
                 widened = False
                 for contract in self.contracts:
@@ -218,12 +234,15 @@ class CdcApp:
                 if not widened:
                     break
                 parsed.unpersist()  # parsed again with the wider schema (or refusals): nothing is lost meanwhile
-            ingest_time = datetime.now(UTC)
             per_partition = summary["partitions"]
             topics = summary["tables"]
             with ThreadPoolExecutor(max_workers=2 * len(self.contracts) + 1, thread_name_prefix="cdc") as pool:
-                bronze = [pool.submit(jobs.wrap(self._bronze, ARCHIVE), [c for c in self.contracts if c.topic in topics],
-                                      raw, ingest_time, app_id, batch_id, jobs)]
+                if landing is not None:
+                    bronze = [pool.submit(self._commit_bronze, summary["adds"], app_id, batch_id, jobs)]
+                else:
+                    bronze = [pool.submit(jobs.wrap(self._bronze, ARCHIVE),
+                                          [c for c in self.contracts if c.topic in topics], raw, ingest_time, app_id,
+                                          batch_id, jobs)]
                 tables = [pool.submit(jobs.wrap(self._apply), i, c, parsed, topics[c.topic], app_id, batch_id, jobs)
                           for i, c in enumerate(self.contracts) if topics.get(c.topic, {}).get("changes")]
                 rejects = sum(int(t.get("rejects") or 0) for t in topics.values())
@@ -234,7 +253,8 @@ class CdcApp:
         finally:
             if parsed is not None:
                 parsed.unpersist()
-            raw.unpersist()
+            if landing is None:
+                raw.unpersist()
             jobs.leave()
         if self.settings.stream_log_jobs:
             jobs.log()
@@ -251,14 +271,27 @@ class CdcApp:
                 self.settings, table_location(self.settings, contract.silver))
         return self._schemas[contract.silver]
 
-    def _summary(self, raw: DataFrame, parsed: DataFrame) -> dict[str, Any]:
-        """One Spark job over the batch (it fills both caches): records and newest offset per topic partition,
-        and per topic its changes, rejects, deletes, payload columns the table lacks and newest change."""
+    def _summary(self, raw: DataFrame, parsed: DataFrame, *, landed: bool) -> dict[str, Any]:
+        """One Spark job over the batch (it fills the caches): records and newest offset per topic partition,
+        per topic its changes, rejects, deletes, payload columns the table lacks and newest change, and
+        (``landed``: the parse tasks landed bronze) the add actions of the bronze files they wrote."""
         from pyspark.sql import functions as F
 
-        per_partition = raw.groupBy("topic", "partition").agg(
-            F.max("offset").alias("offset_max"), F.count(F.lit(1)).alias("offset_count"))
+        from spark_jobs.silver.cdc_land import LANDED, LANDED_SCHEMA
         from spark_jobs.silver.cdc_parse import wide_column
+
+        frames: list[DataFrame] = []
+        if landed:
+            meta = parsed.where(F.col(LANDED).isNotNull()).select(F.from_json(LANDED, LANDED_SCHEMA).alias("m"))
+            reads = meta.where(F.col("m.kind") == "read")
+            frames.append(reads.groupBy(F.col("m.topic").alias("topic"), F.col("m.partition").alias("partition")).agg(
+                F.max("m.newest_offset").alias("offset_max"), F.sum("m.records").alias("offset_count")))
+            frames.append(meta.where(F.col("m.kind") == "add").select(F.col("m.table").alias("bronze_table"),
+                                                                       F.col("m.add").alias("bronze_add")))
+            parsed = parsed.where(F.col(LANDED).isNull())
+        else:
+            frames.append(raw.groupBy("topic", "partition").agg(
+                F.max("offset").alias("offset_max"), F.count(F.lit(1)).alias("offset_count")))
 
         def any_table(name: str) -> Column:  # a metadata column, whichever table's the row is
             schemas = [self._schema(c) for c in self.contracts]
@@ -270,9 +303,17 @@ class CdcApp:
             F.count(F.when(any_table("_op") == "d", 1)).alias("deletes"),
             F.array_distinct(F.flatten(F.collect_list("_extra_names"))).alias("extra"),
             F.max(any_table("_source_ts")).alias("newest"))
-        rows = [r.asDict() for r in per_partition.unionByName(per_topic, allowMissingColumns=True).collect()]
+        union = per_topic
+        for frame in frames:
+            union = union.unionByName(frame, allowMissingColumns=True)
+        rows = [r.asDict() for r in union.collect()]
+        adds: dict[str, list[str]] = {}
+        for r in rows:
+            if r.get("bronze_add") is not None:
+                adds.setdefault(r["bronze_table"], []).append(r["bronze_add"])
         return {"partitions": [r for r in rows if r["partition"] is not None],
-                "tables": {r["topic"]: r for r in rows if r["partition"] is None}}
+                "tables": {r["topic"]: r for r in rows if r["partition"] is None and r.get("bronze_add") is None},
+                "adds": adds}
 
     def _bronze(self, contracts: Sequence[CdcTable], raw: DataFrame, ingest_time: datetime, app_id: str,
                 batch_id: int, jobs: BatchJobs) -> None:
@@ -292,6 +333,27 @@ class CdcApp:
         if in_task:
             jobs.committed(len(append_split_in_task(rows, "topic", in_task, app_id, batch_id,
                                                     check_history=self.appender.is_first(batch_id))))
+        self.timings["bronze"] = time.monotonic() - t
+
+    def _landing(self, ingest_time: datetime) -> Landing | None:
+        """Where the parse tasks land the batch's raw records (every topic's bronze table), or None when a bronze
+        table is not one delta-rs writes (then the batch is cached and bronze appended after the parse)."""
+        from spark_jobs.silver.cdc_land import Landing
+
+        if len(self._bronze_files) < len(self.contracts):
+            return None
+        return Landing(self._bronze_files, int(ingest_time.timestamp() * 1_000_000))
+
+    def _commit_bronze(self, adds: dict[str, list[str]], app_id: str, batch_id: int, jobs: BatchJobs) -> None:
+        """Commit the bronze files the parse tasks wrote: one delta-rs commit per table, in the driver, once per
+        batch (the batch's transaction and marker, as every bronze append)."""
+        t = time.monotonic()
+        first = self.appender.is_first(batch_id)
+        for contract in self.contracts:
+            if adds.get(contract.bronze):
+                table = self._bronze_targets[contract.bronze].open()
+                if table.commit_files_once(adds[contract.bronze], app_id, batch_id, check_history=first):
+                    jobs.committed()
         self.timings["bronze"] = time.monotonic() - t
 
     def _apply(self, index: int, contract: CdcTable, parsed: DataFrame, summary: dict[str, Any], app_id: str,

@@ -22,7 +22,7 @@ id is not above the recorded version is skipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,7 +32,7 @@ from spark_jobs.table_io import require_write_mode, table_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
+    from deltalake import CommitProperties, DeltaTable
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
@@ -185,19 +185,50 @@ class DriverTable:
         ``check_history``: also skip when one of the table's recent commits carries that marker (a batch a Spark
         append wrote, which sets the transaction only on a driver's first batch)."""
         import pyarrow as pa
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import write_deltalake
 
         require_write_mode(self.name, APPEND)
-        txn, marker = self.txn(app_id), batch_marker(app_id, self.name, batch_id)
-        if self.committed(app_id, batch_id):
-            return False
-        if check_history and any(c.get("userMetadata") == marker for c in self.table.history(HISTORY)):
+        if self._batch_landed(app_id, batch_id, check_history):
             return False
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=self.arrow_schema)
         write_deltalake(self.table, data.select(self.arrow_schema.names).cast(self.arrow_schema), mode=mode,
-                        commit_properties=CommitProperties(app_transactions=[Transaction(txn, batch_id)],
-                                                           custom_metadata={"userMetadata": marker}))
+                        commit_properties=self._batch_commit(app_id, batch_id))
         return True
+
+    def commit_files_once(self, adds: Sequence[str], app_id: str, batch_id: int, *,
+                          check_history: bool = False) -> bool:
+        """Append the data files Spark tasks wrote (``adds``: :func:`spark_jobs.table_io.task_files.write_files`'
+        add actions) in one commit, once for (``app_id``, ``batch_id``), as :meth:`write_once` commits; False when
+        that batch was already committed (its files are then never part of a version: ``VACUUM`` removes them)."""
+        import json
+
+        from deltalake.transaction import AddAction, RemoveAction
+
+        require_write_mode(self.name, APPEND)
+        if self._batch_landed(app_id, batch_id, check_history):
+            return False
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(a["path"], int(a["size"]), a["partitionValues"], int(a["modificationTime"]), True, a["stats"])
+            for a in map(json.loads, adds)]
+        partitions = list(self.table.metadata().partition_columns)
+        self.table.create_write_transaction(actions, "append", self.table.schema(), partition_by=partitions or None,
+                                            commit_properties=self._batch_commit(app_id, batch_id))
+        return True
+
+    def _batch_landed(self, app_id: str, batch_id: int, check_history: bool) -> bool:
+        """Whether batch ``batch_id`` of ``app_id`` is in the table already: its transaction, or (``check_history``)
+        its marker on a recent commit."""
+        if self.committed(app_id, batch_id):
+            return True
+        marker = batch_marker(app_id, self.name, batch_id)
+        return check_history and any(c.get("userMetadata") == marker for c in self.table.history(HISTORY))
+
+    def _batch_commit(self, app_id: str, batch_id: int) -> CommitProperties:
+        """A batch's commit properties: the transaction ``<app_id>:<table>`` = ``batch_id`` and the marker."""
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(app_transactions=[Transaction(self.txn(app_id), batch_id)],
+                                custom_metadata={"userMetadata": batch_marker(app_id, self.name, batch_id)})
 
     def upsert_once(self, rows: list[dict[str, Any]], key: str, app_id: str, batch_id: int) -> bool:
         """MERGE ``rows`` by ``key`` (update the matched rows whole, insert the others) once for

@@ -497,3 +497,47 @@ def test_one_parse_of_every_topic_gives_each_table_its_own_rows_and_rejects_unkn
     assert got_other == [(7, "x", OTHER_TOPIC)]
     assert [(r["_offset"], r["_error"]) for r in stray_rows] == [(3, "no contract for shop.public.nobody")]
     wide.unpersist()
+
+
+def test_the_parse_lands_every_raw_record_in_bronze_and_reports_what_it_read(spark: Any, tmp_path: Path) -> None:
+    """With a landing, the parse tasks write each topic's raw records as bronze data files (not committed) beside
+    the parsed rows: the driver commits the add actions once, and the per-partition counts come from the tasks
+    (tombstones included, which the parse drops). The parsed rows are the same as without a landing."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark_jobs.contracts.lake_schemas import BRONZE
+    from spark_jobs.silver.cdc_land import LANDED, LANDED_SCHEMA, Landing
+    from spark_jobs.table_io.driver import DriverTable
+    from spark_jobs.table_io.task_files import FileTarget
+
+    bronze_arrow = to_arrow_schema(BRONZE)
+    uri = str(tmp_path / "bronze_orders")
+    write_deltalake(uri, pa.Table.from_pylist([], schema=bronze_arrow), mode="error", partition_by=["ingest_date"])
+    records = [change("c", {"id": 1}, after=row(1, "paid")), (b'{"id": 9}', b"not json"),
+               change("d", {"id": 1}, before=row(1, "paid")), tombstone({"id": 1})]  # a delete and its tombstone
+    frame = spark.createDataFrame(raw(records, first_offset=40)).repartition(2)
+    ingest_us = 1_796_600_000_000_000
+    landing = Landing({TOPIC: FileTarget("bronze.orders", uri, {}, bronze_arrow, ("ingest_date",))}, ingest_us)
+    specs = [(TOPIC, _silver_schema(), KEYS)]
+    wide = parse_tables_frame(frame, specs, lambda t: f"no contract for {t}", land=landing).persist()
+    plain = parse_tables_frame(frame, specs, lambda t: f"no contract for {t}")
+
+    meta = [json.loads(r[LANDED]) for r in wide.where(f"{LANDED} IS NOT NULL").collect()]
+    parsed = wide.where(f"{LANDED} IS NULL").drop(LANDED)
+    assert parsed.orderBy("_offset").collect() == plain.orderBy("_offset").collect()
+    reads = [m for m in meta if m["kind"] == "read"]
+    assert sum(m["records"] for m in reads) == 4 and max(m["newest_offset"] for m in reads) == 43
+    adds = [m["add"] for m in meta if m["kind"] == "add"]
+    assert adds and DeltaTable(uri).to_pyarrow_table().num_rows == 0  # written, not committed
+    assert DriverTable(None, "bronze.orders", uri=uri).commit_files_once(adds, "q", 3) is True
+    landed = spark.read.format("delta").load(uri).orderBy("offset").collect()
+    assert [(r["offset"], r["value"] is None) for r in landed] == [(40, False), (41, False), (42, False), (43, True)]
+    assert [bytes(r["value"]) for r in landed[:3]] == [v for _k, v in records[:3]]
+    assert {(r["ingest_time"].timestamp(), str(r["ingest_date"])) for r in landed} == {(ingest_us / 1e6, "2026-12-06")}
+    assert spark.createDataFrame([(json.dumps(meta[0]),)], ["j"]).selectExpr(
+        f"from_json(j, '{LANDED_SCHEMA}') AS m").first() is not None
+    wide.unpersist()
