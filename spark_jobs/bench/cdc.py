@@ -77,6 +77,9 @@ class Bars:
 NO_BARS = Bars()
 
 
+#: Records the catch-up target (>= 5,000/s, issue 31) is measured over: a smaller backlog is one or two batches,
+#: mostly the restarted stream's first one (a new JVM and Python workers).
+CATCH_UP_MIN_RECORDS = 300_000
 #: Seconds the bench waits after the backlog load for Debezium to flush it into Kafka.
 _FLUSH_S = 15
 
@@ -376,8 +379,12 @@ def _bench_cdc(settings: Settings, rate: float, duration: float, backlog_seconds
                 "catch_up_per_s": round(backlog / drain_s, 1) if ok2 else None,
                 "drain_s_from_first_batch": round(from_first, 1) if from_first else None,
                 "catch_up_per_s_from_first_batch": round(backlog / from_first, 1) if ok2 and from_first else None,
-                "caught_up": ok2, **cpu, "batches": batch_breakdown(settings, "lake_cdc", catchup_log)}
+                "caught_up": ok2, "backlog_below_target_minimum": backlog < CATCH_UP_MIN_RECORDS, **cpu,
+                "batches": batch_breakdown(settings, "lake_cdc", catchup_log)}
     log.info("bench: catch-up " + json.dumps(catch_up))
+    if backlog < CATCH_UP_MIN_RECORDS:
+        log.warning(f"bench: the backlog held {backlog:,} records, fewer than the {CATCH_UP_MIN_RECORDS:,} the catch-up "
+                    "target is measured over: its figure is mostly the stream's start; give more --backlog-seconds")
     query_s = _silver_query_seconds(spark)
     log.info(f"bench: SELECT count(*), sum(total) FROM silver.orders: {query_s}")
     p95 = percentile(lat, 0.95)

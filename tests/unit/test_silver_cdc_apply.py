@@ -538,6 +538,7 @@ def test_the_parse_lands_every_raw_record_in_bronze_and_reports_what_it_read(spa
     assert [(r["offset"], r["value"] is None) for r in landed] == [(40, False), (41, False), (42, False), (43, True)]
     assert [bytes(r["value"]) for r in landed[:3]] == [v for _k, v in records[:3]]
     assert {(r["ingest_time"].timestamp(), str(r["ingest_date"])) for r in landed} == {(ingest_us / 1e6, "2026-12-06")}
-    assert spark.createDataFrame([(json.dumps(meta[0]),)], ["j"]).selectExpr(
-        f"from_json(j, '{LANDED_SCHEMA}') AS m").first() is not None
+    as_spark = [r["m"].asDict() for r in spark.createDataFrame([(json.dumps(m),) for m in meta], ["j"]).selectExpr(
+        f"from_json(j, '{LANDED_SCHEMA}') AS m").collect()]  # how the driver's summary reads them
+    assert [{k: v for k, v in m.items() if v is not None} for m in as_spark] == meta
     wide.unpersist()
