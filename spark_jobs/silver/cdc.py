@@ -81,8 +81,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from spark_jobs.silver.cdc_land import Landing
-
 
 #: Debezium's stand-in for an unchanged TOASTed value it could not read from the WAL.
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
@@ -145,16 +143,11 @@ def parse_frame(raw: DataFrame, silver: StructType, keys: Sequence[str]) -> Data
     return raw.mapInArrow(parse, out)
 
 
-def parse_tables_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, Sequence[str]]],
-                       unknown_topic: Callable[[str], str],
-                       refused: Mapping[str, Collection[str]] | None = None, land: Landing | None = None) -> DataFrame:
-    """Kafka rows of every CDC topic -> parsed rows of every table, in one ``mapInArrow`` (one Spark job per batch
-    instead of one per table). ``tables``: (topic, silver schema, keys); :func:`table_rows` selects one table's
-    rows in :func:`parse_frame`'s shape. A record of another topic is a reject (``unknown_topic(topic)``), one
-    carrying a column ``refused[topic]`` names too (PostgreSQL's table lacks it: not added to silver).
-
-    ``land``: the tasks also land every raw record in its topic's bronze table and add the *landed* rows
-    (:mod:`spark_jobs.silver.cdc_land`: column ``_landed``, NULL on parsed rows)."""
+def parse_tables_body(tables: Sequence[tuple[str, StructType, Sequence[str]]], unknown_topic: Callable[[str], str],
+                      refused: Mapping[str, Collection[str]] | None = None
+                      ) -> tuple[StructType, Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
+    """:func:`parse_tables_frame`'s output schema and ``mapInArrow`` body (for a caller that wraps the body:
+    :func:`spark_jobs.table_io.land.parse_and_land_frame`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from spark_jobs.silver.cdc_parse import parse_output_schema, parse_tables_batches, wide_output_schema
@@ -169,19 +162,18 @@ def parse_tables_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, S
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return iter(parse_tables_batches(iter(batches), specs, arrow_out, unknown_topic, refused_names))
 
-    if land is None:
-        return raw.mapInArrow(parse, out)
-    from pyspark.sql.types import StructField
+    return out, parse
 
-    from spark_jobs.silver.cdc_land import LANDED, land_and_parse
 
-    with_landed = StructType([*out.fields, StructField(LANDED, StringType(), True)])
-    arrow_landed = to_arrow_schema(with_landed)
-
-    def parse_and_land(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return land_and_parse(iter(batches), land, parse, arrow_landed)
-
-    return raw.mapInArrow(parse_and_land, with_landed)
+def parse_tables_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, Sequence[str]]],
+                       unknown_topic: Callable[[str], str],
+                       refused: Mapping[str, Collection[str]] | None = None) -> DataFrame:
+    """Kafka rows of every CDC topic -> parsed rows of every table, in one ``mapInArrow`` (one Spark job per batch
+    instead of one per table). ``tables``: (topic, silver schema, keys); :func:`table_rows` selects one table's
+    rows in :func:`parse_frame`'s shape. A record of another topic is a reject (``unknown_topic(topic)``), one
+    carrying a column ``refused[topic]`` names too (PostgreSQL's table lacks it: not added to silver)."""
+    out, parse = parse_tables_body(tables, unknown_topic, refused)
+    return raw.mapInArrow(parse, out)
 
 
 def table_rows(parsed: DataFrame, index: int, topic: str, silver: StructType) -> DataFrame:

@@ -5,7 +5,7 @@ plans and commits; every record is handled in Spark tasks:
 
 1. one job reads the batch's Kafka records and parses them in Python tasks (one per topic partition range
    of at most ``LAKE_STREAM_MAX_RECORDS_PER_TASK`` records), each of which also writes its raw records as
-   data files of ``bronze.<topic>`` (:mod:`spark_jobs.silver.cdc_land`); the parsed rows are cached on the
+   data files of ``bronze.<topic>`` (:mod:`spark_jobs.table_io.land`); the parsed rows are cached on the
    executors, and the driver collects one small aggregate (per topic partition its records and newest offset,
    per topic its changes, rejects and deletes) and the bronze files' add actions, which it commits with
    delta-rs, one commit per table (the bronze append's transaction and marker). A bronze table delta-rs
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
-    from spark_jobs.silver.cdc_land import Landing
+    from spark_jobs.table_io.land import Landing
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +197,7 @@ class CdcApp:
         from pyspark.sql import functions as F
 
         from spark_jobs.silver.cdc import parse_tables_frame
+        from spark_jobs.table_io.land import parse_and_land_frame
 
         started = time.monotonic()
         jobs = BatchJobs(self.spark, QUERY, batch_id, CDC)
@@ -220,7 +221,8 @@ class CdcApp:
             while True:
                 t0 = time.monotonic()
                 specs = [(c.topic, self._schema(c), c.keys) for c in self.contracts]
-                parsed = parse_tables_frame(raw, specs, unknown_topic_reason, refused, land=landing).persist(
+                parsed = (parse_tables_frame(raw, specs, unknown_topic_reason, refused) if landing is None else
+                          parse_and_land_frame(raw, specs, unknown_topic_reason, refused, landing)).persist(
                     StorageLevel.MEMORY_AND_DISK)
                 summary = self._summary(raw, parsed, landed=landing is not None)
                 self.timings["read_parse"] = time.monotonic() - t0
@@ -277,8 +279,8 @@ class CdcApp:
         (``landed``: the parse tasks landed bronze) the add actions of the bronze files they wrote."""
         from pyspark.sql import functions as F
 
-        from spark_jobs.silver.cdc_land import LANDED, LANDED_SCHEMA
         from spark_jobs.silver.cdc_parse import wide_column
+        from spark_jobs.table_io.land import LANDED, LANDED_SCHEMA
 
         frames: list[DataFrame] = []
         if landed:
@@ -338,7 +340,7 @@ class CdcApp:
     def _landing(self, ingest_time: datetime) -> Landing | None:
         """Where the parse tasks land the batch's raw records (every topic's bronze table), or None when a bronze
         table is not one delta-rs writes (then the batch is cached and bronze appended after the parse)."""
-        from spark_jobs.silver.cdc_land import Landing
+        from spark_jobs.table_io.land import Landing
 
         if len(self._bronze_files) < len(self.contracts):
             return None

@@ -510,8 +510,8 @@ def test_the_parse_lands_every_raw_record_in_bronze_and_reports_what_it_read(spa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from spark_jobs.contracts.lake_schemas import BRONZE
-    from spark_jobs.silver.cdc_land import LANDED, LANDED_SCHEMA, Landing
     from spark_jobs.table_io.driver import DriverTable
+    from spark_jobs.table_io.land import LANDED, LANDED_SCHEMA, Landing, parse_and_land_frame
     from spark_jobs.table_io.task_files import FileTarget
 
     bronze_arrow = to_arrow_schema(BRONZE)
@@ -523,7 +523,7 @@ def test_the_parse_lands_every_raw_record_in_bronze_and_reports_what_it_read(spa
     ingest_us = 1_796_600_000_000_000
     landing = Landing({TOPIC: FileTarget("bronze.orders", uri, {}, bronze_arrow, ("ingest_date",))}, ingest_us)
     specs = [(TOPIC, _silver_schema(), KEYS)]
-    wide = parse_tables_frame(frame, specs, lambda t: f"no contract for {t}", land=landing).persist()
+    wide = parse_and_land_frame(frame, specs, lambda t: f"no contract for {t}", None, landing).persist()
     plain = parse_tables_frame(frame, specs, lambda t: f"no contract for {t}")
 
     meta = [json.loads(r[LANDED]) for r in wide.where(f"{LANDED} IS NOT NULL").collect()]

@@ -1,7 +1,8 @@
 """The CDC parse tasks land the raw records in bronze as they parse them: each record is read from Kafka and
 shipped to Python once per batch.
 
-:func:`land_and_parse` wraps the parse's ``mapInArrow`` body (:func:`spark_jobs.silver.cdc_parse.parse_tables_batches`):
+:func:`parse_and_land_frame` is :func:`spark_jobs.silver.cdc.parse_tables_frame` with the landing:
+:func:`land_and_parse` wraps the parse's ``mapInArrow`` body (:func:`spark_jobs.silver.cdc.parse_tables_body`):
 for every Arrow batch of raw Kafka rows it writes each topic's rows as data files of its ``bronze.<topic>`` table
 (:func:`spark_jobs.table_io.task_files.write_files`, not committed), then yields the parsed rows. Beside them it
 yields a few *landed* rows (column :data:`LANDED`, every other column NULL): one per data file written (its add
@@ -16,7 +17,7 @@ docs/benchmarks.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -25,8 +26,10 @@ from spark_jobs.table_io.task_files import FileTarget, write_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
-__all__ = ["LANDED", "LANDED_SCHEMA", "Landing", "land_and_parse", "landed_row"]
+__all__ = ["LANDED", "LANDED_SCHEMA", "Landing", "land_and_parse", "landed_row", "parse_and_land_frame"]
 
 #: The column of a landed row (a JSON object; NULL on every parsed row).
 LANDED = "_landed"
@@ -98,3 +101,24 @@ def land_and_parse(batches: Iterator[pa.RecordBatch], land: Landing,
     if read:
         yield landed([landed_row(kind="read", topic=t, partition=p, records=n, newest_offset=o)
                       for (t, p), (n, o) in sorted(read.items())])
+
+
+def parse_and_land_frame(raw: DataFrame, tables: Sequence[tuple[str, StructType, Sequence[str]]],
+                         unknown_topic: Callable[[str], str], refused: Mapping[str, Collection[str]] | None,
+                         land: Landing) -> DataFrame:
+    """:func:`spark_jobs.silver.cdc.parse_tables_frame`'s rows (``_landed`` NULL) plus the landed rows, its tasks
+    landing every raw record in its topic's bronze table (module docstring)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StringType, StructField
+    from pyspark.sql.types import StructType as _StructType
+
+    from spark_jobs.silver.cdc import parse_tables_body
+
+    out, parse = parse_tables_body(tables, unknown_topic, refused)
+    with_landed = _StructType([*out.fields, StructField(LANDED, StringType(), True)])
+    arrow_landed = to_arrow_schema(with_landed)
+
+    def parse_and_land(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return land_and_parse(iter(batches), land, parse, arrow_landed)
+
+    return raw.mapInArrow(parse_and_land, with_landed)
