@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -56,14 +56,11 @@ def _store(target: FileTarget) -> Any:
     return DeltaFileSystemHandler(table_uri=target.uri, options=dict(target.options))
 
 
-def _partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
-    """Hive-style directory of one partition, as Delta and Spark name it (``ingest_date=2026-12-08``)."""
-    return "/".join(f"{quote(name, safe='')}={quote(_partition_text(v), safe='')}" for name, v in zip(names, values,
-                                                                                                   strict=True))
-
-
-def _partition_text(value: Any) -> str:
-    return "__HIVE_DEFAULT_PARTITION__" if value is None else str(value)
+def _partition_dir(values: Mapping[str, str | None]) -> str:
+    """Hive-style directory of one partition (its log values), as Delta and Spark name it (``ingest_date=2026-12-08``;
+    NULL as Hive's default partition)."""
+    return "/".join(f"{quote(name, safe='')}={quote('__HIVE_DEFAULT_PARTITION__' if v is None else v, safe='')}"
+                    for name, v in values.items())
 
 
 def file_stats(rows: pa.Table) -> str:
@@ -123,22 +120,17 @@ def write_files(target: FileTarget, rows: pa.Table) -> list[str]:
             part = part.filter(pc.is_null(part[name]) if value is None else pc.equal(part[name], value))
         data = part.select(data_names)
         sink = pa.BufferOutputStream()
-        pq.write_table(data, sink, compression="snappy", use_dictionary=[n for n in data_names
-                                                                         if not pa.types.is_binary(data.schema.field(n).type)])
+        dictionary = [n for n in data_names if not pa.types.is_binary(data.schema.field(n).type)]
+        pq.write_table(data, sink, compression="snappy", use_dictionary=dictionary)
         body = sink.getvalue()
-        values = {name: (None if key[name] is None else _partition_value(key[name])) for name in parts}
-        directory = _partition_dir(parts, [key[name] for name in parts])
+        values = {name: None if key[name] is None else str(key[name]) for name in parts}  # a date: YYYY-MM-DD
+        directory = _partition_dir(values)
         path = f"{directory + '/' if directory else ''}part-{uuid.uuid4()}-c000.snappy.parquet"
         out = store.open_output_stream(path, None)
         out.write(body.to_pybytes())  # the object store takes bytes (one copy)
         out.close()
         adds.append(add_action(path, body.size, values, file_stats(data)))
     return adds
-
-
-def _partition_value(value: Any) -> str:
-    """A partition value as Delta's log writes it (a date as ``YYYY-MM-DD``)."""
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def file_target(table: TaskAppend) -> FileTarget:
